@@ -1,0 +1,71 @@
+"""The trainer's callback protocol: the loop reports progress and asks whether to stop; it never
+knows who listens (a progress bar, a worker writing events to a database, a test).
+
+Subclass `TrainerCallback` and override what you need; every method has a no-op default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StepReport:
+    """One optimizer step. `loss` is the mean next-token loss over the step's target tokens (nats);
+    `lr` the learning rate used; `tokens` the non-padding input tokens processed; `tokens_per_s` over
+    the step's wall time `step_time_s` (seconds); `peak_memory_mib` the process peak since the last
+    report (CPU: resident set; CUDA: allocated tensors), in MiB."""
+
+    step: int
+    total_steps: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int
+    target_tokens: int
+    tokens_per_s: float
+    step_time_s: float
+    peak_memory_mib: float
+    selected_layers: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EvalReport:
+    """An evaluation after `step` optimizer steps: mean loss over target tokens (nats) and the share
+    of target tokens whose argmax prediction is right."""
+
+    step: int
+    eval_loss: float
+    eval_token_accuracy: float
+    eval_target_tokens: int
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class TrainerCallback:
+    """Base class with no-op hooks. `should_cancel` is polled between optimizer steps; returning True
+    ends the run with `TrainingCancelled` after the current step (the last checkpoint is kept)."""
+
+    def on_start(self, info: dict) -> None:
+        """Called once after setup with the resolved config, layer count and dataset sizes."""
+
+    def on_step(self, report: StepReport) -> None:
+        """Called after every optimizer step."""
+
+    def on_eval(self, report: EvalReport) -> None:
+        """Called after every evaluation."""
+
+    def on_checkpoint(self, step: int, path: str) -> None:
+        """Called after a checkpoint folder is written."""
+
+    def on_end(self, summary: dict) -> None:
+        """Called once when training finished and outputs are written."""
+
+    def should_cancel(self) -> bool:
+        return False

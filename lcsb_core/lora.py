@@ -1,0 +1,81 @@
+"""LoRA adapters through PEFT, and structural lookup of decoder layers and their LoRA parameters.
+
+Layers are found structurally, as PEFT's `check_target_module_exists` does: the decoder's `layers`
+ModuleList, and for a LoRA module the index parsed from `.layers.<i>.` in its qualified name plus an
+`isinstance(module, BaseTunerLayer)` check; never by substring-matching "lora".
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from lcsb_core.config import LoraSettings
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def apply_lora(model: nn.Module, settings: LoraSettings, *, seed: int):
+    """Wrap `model` in a PEFT `PeftModel` with one LoRA adapter ("default"); only LoRA parameters
+    require grad. LoRA A is initialised from a generator seeded with `seed` (B starts at zero).
+
+    Returns:
+        peft.PeftModel
+    """
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config)
+    return peft_model
+
+
+def causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers `*ForCausalLM` inside a PeftModel (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The ModuleList of decoder layers (`model.model.layers` for Llama/Qwen2/Gemma)."""
+    layers = getattr(causal_lm(model).get_decoder(), "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"{type(causal_lm(model)).__name__} has no decoder `layers` ModuleList")
+    return layers
+
+
+def lora_parameters_by_layer(model: nn.Module) -> dict[int, list[nn.Parameter]]:
+    """Decoder-layer index -> the LoRA parameters inside it (lora_A/lora_B of every adapted module).
+
+    Raises:
+        ValueError: a LoRA module outside any decoder layer (its gradient would not be scheduled).
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    out: dict[int, list[nn.Parameter]] = {i: [] for i in range(len(decoder_layers(model)))}
+    for name, module in model.named_modules():
+        if not isinstance(module, BaseTunerLayer):
+            continue
+        match = _LAYER_INDEX.search(name + ".")
+        if match is None:
+            raise ValueError(f"LoRA module {name} is not inside a decoder layer")
+        idx = int(match.group(1))
+        for attr in module.adapter_layer_names:
+            out[idx].extend(p for p in getattr(module, attr).parameters())
+    return out
+
+
+def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter's tensors, as PEFT saves them (`get_peft_model_state_dict`)."""
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model)

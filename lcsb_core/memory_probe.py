@@ -1,0 +1,45 @@
+"""Peak-memory measurement for a process: CUDA allocator peak on GPU, resident-set high-water mark
+(VmHWM, reset through /proc/self/clear_refs) on CPU. Values in MiB."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import torch
+
+MIB = 1024 * 1024
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start a new peak window."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: resets VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def peak_mib(device: torch.device) -> float:
+    """Peak memory since the last `reset_peak` (CUDA: allocated tensors; CPU: resident set), MiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / MIB
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_mib(device: torch.device) -> float:
+    """Memory in use now (CUDA: allocated; CPU: resident set), MiB."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device) / MIB
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

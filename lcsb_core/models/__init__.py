@@ -1,0 +1,1 @@
+"""Base model loading, GGUF import and quantization."""

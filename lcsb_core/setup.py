@@ -1,0 +1,44 @@
+"""Build a run's components from its config: base model (quantized) + LoRA, tokenizer, datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lcsb_core.config import TrainConfig
+from lcsb_core.lora import apply_lora
+from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_device, resolve_model_path
+
+
+def load_components(cfg: TrainConfig):
+    """(PeftModel with LoRA on the quantized base, tokenizer, torch.device).
+
+    Raises:
+        ModelLoadError: see `lcsb_core.models.loading`.
+    """
+    device = resolve_device(cfg.model.device)
+    path = resolve_model_path(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(path)
+    base = load_base_model(path, quantization=cfg.model.quantization, device=device)
+    return apply_lora(base, cfg.lora, seed=cfg.seed), tokenizer, device
+
+
+def load_datasets(cfg: TrainConfig, tokenizer):
+    """(train TokenizedDataset, eval TokenizedDataset or None), validated and tokenized.
+
+    Raises:
+        DataError: the file fails validation (the message names lines and fields).
+        ModelLoadError: chat data with a tokenizer that has no chat template.
+    """
+    from lcsb_core.data import build_dataset
+
+    d = cfg.data
+    train = build_dataset(Path(d.train_file), tokenizer, max_seq_len=d.max_seq_len,
+                          train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid,
+                          min_examples=d.min_examples)
+    evals = None
+    if d.validation_file:
+        evals = build_dataset(Path(d.validation_file), tokenizer, max_seq_len=d.max_seq_len,
+                              train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid, min_examples=1)
+        if d.max_eval_examples is not None:
+            evals.examples = evals.examples[: d.max_eval_examples]
+    return train, evals

@@ -1,0 +1,233 @@
+"""The LCSB trainer: setup -> train -> save, in the shape of torchtune's recipe interface.
+
+    trainer = Trainer(TrainConfig.from_dict(yaml.safe_load(open("job.yaml"))), callbacks=[MyCallback()])
+    summary = trainer.train()              # or trainer.train(resume_from="latest")
+
+The step loop (`train`) fits on one screen; the step itself is `lcsb_core.step.run_step`; evaluation,
+checkpointing and reporting are small methods. Raises `DivergenceError` (NaN/Inf), `TrainingCancelled`
+(a callback asked to stop), `DataError`, `ModelLoadError`, `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
+from lcsb_core.config import TrainConfig
+from lcsb_core.errors import TrainingCancelled
+from lcsb_core.history import UpdateTracker, history_row
+from lcsb_core.loss import lm_loss_sums
+from lcsb_core.memory_probe import peak_mib, reset_peak
+from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
+from lcsb_core.run_files import RunFiles
+from lcsb_core.schedules import ImportanceSchedule, make_schedule, resolve_k
+from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.step import run_step
+
+
+class Trainer:
+    """Runs one `TrainConfig`. For tests and benchmarks, `model` (a PeftModel), `tokenizer` and the
+    datasets (`lcsb_core.data.TokenizedDataset`) may be passed in instead of loaded from the config."""
+
+    def __init__(self, config: TrainConfig, *, callbacks: Sequence[TrainerCallback] = (), model=None,
+                 tokenizer=None, train_dataset=None, eval_dataset=None, device: torch.device | None = None):
+        self.config = config
+        self.callbacks = list(callbacks)
+        self.model, self.tokenizer = model, tokenizer
+        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self.device = device
+        self.files = RunFiles(config.output_dir)
+
+    # ---- setup -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load model, tokenizer and data (unless given), apply LoRA and selective backprop, build the
+        optimizer over every LoRA parameter and the schedule."""
+        from lcsb_core.setup import load_components
+
+        cfg = self.config
+        if self.model is None:
+            self.model, self.tokenizer, self.device = load_components(cfg)
+        self.device = self.device or next(self.model.parameters()).device
+        if self.train_dataset is None:
+            from lcsb_core.setup import load_datasets
+
+            self.train_dataset, self.eval_dataset = load_datasets(cfg, self.tokenizer)
+        torch.manual_seed(cfg.seed)
+        skip_mode = LayerMode.FROZEN if cfg.lcsb.schedule == "freeze" else LayerMode.SKIP
+        self.selective = SelectiveBackprop(self.model, skip_mode=skip_mode,
+                                           gradient_checkpointing=cfg.lcsb.gradient_checkpointing)
+        num_layers = self.selective.num_layers
+        self.k = resolve_k(num_layers, cfg.lcsb.k, cfg.lcsb.fraction)
+        self.schedule = make_schedule(cfg.lcsb.schedule, num_layers=num_layers, k=self.k, seed=cfg.seed,
+                                      refresh_every=cfg.lcsb.importance_refresh_every)
+        self.params = [p for i in range(num_layers) for p in self.selective.params_by_layer[i]]
+        self.optimizer = build_optimizer(self.params, cfg.optim)
+        self.tracker = UpdateTracker(self.selective.params_by_layer)
+        self.batches_per_epoch = math.ceil(len(self.train_dataset.examples) / cfg.batch_size)
+        self.total_steps = self._total_steps()
+
+    def _total_steps(self) -> int:
+        cfg = self.config
+        epochs = cfg.epochs if cfg.epochs is not None else (None if cfg.max_steps else 1.0)
+        by_epochs = (max(1, int(epochs * self.batches_per_epoch) // cfg.gradient_accumulation_steps)
+                     if epochs is not None else None)
+        return min(s for s in (cfg.max_steps, by_epochs) if s is not None)
+
+    def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+        from lcsb_core.data import iter_batches
+
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        stream = (b for epoch in itertools.count() for b in iter_batches(
+            self.train_dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch, pad_token_id=pad_id))
+        skip = start_step * self.config.gradient_accumulation_steps
+        for batch in itertools.islice(stream, skip, None):
+            yield {k: v.to(self.device) for k, v in batch.items()}
+
+    # ---- train -------------------------------------------------------------------------------
+    def train(self, resume_from: str | Path | None = None) -> dict:
+        """Train to `total_steps`; returns the summary (also written to summary.json)."""
+        self.setup()
+        cfg = self.config
+        start = self._resume(resume_from) if resume_from else self._fresh_start()
+        batches = self._micro_batches(start)
+        self._emit("on_start", self._start_info(start))
+        self.t_start = time.perf_counter()
+        for step in range(start, self.total_steps):
+            if any(cb.should_cancel() for cb in self.callbacks):
+                raise TrainingCancelled(f"cancelled before step {step + 1} of {self.total_steps}")
+            selected = self.schedule.layers_for_step(step)
+            micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
+            lr = cfg.optim.learning_rate * lr_multiplier(step, total_steps=self.total_steps,
+                                                         warmup_steps=cfg.optim.warmup_steps,
+                                                         schedule=cfg.optim.lr_schedule)
+            set_lr(self.optimizer, lr)
+            reset_peak(self.device)
+            self.tracker.snapshot()
+            t0 = time.perf_counter()
+            stats = run_step(self.model, self.selective, self.optimizer, micro, selected, step=step,
+                             momentum_for_skipped=cfg.lcsb.momentum_for_skipped,
+                             max_grad_norm=cfg.optim.max_grad_norm)
+            self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
+            done = step + 1
+            if self._due(cfg.eval_every, done):
+                self.evaluate(done)
+            if self._due(cfg.save_every, done) and done < self.total_steps:
+                self.save_checkpoint(done)
+        return self._finish()
+
+    @staticmethod
+    def _due(every: int, done: int) -> bool:
+        return every > 0 and done % every == 0
+
+    def _fresh_start(self) -> int:
+        self.files.create()
+        for path in (self.files.metrics, self.files.history):
+            path.unlink(missing_ok=True)
+        self.files.write_json(self.files.config, {**self.config.to_dict(), "resolved": self._model_facts()})
+        if self.eval_dataset is not None:
+            self.evaluate(0)
+        return 0
+
+    def _resume(self, resume_from: str | Path) -> int:
+        ckpt = self.files.latest_checkpoint() if str(resume_from) == "latest" else Path(resume_from)
+        if ckpt is None:
+            return self._fresh_start()
+        state = load_checkpoint(ckpt, params=self.params, optimizer=self.optimizer)
+        if isinstance(self.schedule, ImportanceSchedule) and state.get("schedule"):
+            self.schedule.load_state_dict(state["schedule"])
+        start = int(state["step"])
+        self.files.truncate_after(self.files.metrics, start)
+        self.files.truncate_after(self.files.history, start - 1)
+        return start
+
+    # ---- per-step reporting, eval, checkpoints ---------------------------------------------------
+    def _record_step(self, step, selected, stats, lr, seconds) -> None:
+        if isinstance(self.schedule, ImportanceSchedule) and self.schedule.needs_probe(step):
+            self.schedule.observe(stats.layer_grad_norms)
+        self.files.append(self.files.history, history_row(step, self.selective.num_layers, selected,
+                                                          stats.layer_grad_norms, self.tracker.update_norms()))
+        report = StepReport(step=step + 1, total_steps=self.total_steps, loss=stats.loss, lr=lr,
+                            grad_norm=stats.grad_norm, tokens=stats.tokens, target_tokens=stats.target_tokens,
+                            tokens_per_s=stats.tokens / seconds, step_time_s=seconds,
+                            peak_memory_mib=peak_mib(self.device), selected_layers=sorted(selected),
+                            elapsed_s=time.perf_counter() - self.t_start)
+        self.peak_memory_mib = max(getattr(self, "peak_memory_mib", 0.0), report.peak_memory_mib)
+        self.trained_tokens = getattr(self, "trained_tokens", 0) + stats.tokens
+        if self.config.log_every and (step + 1) % self.config.log_every == 0 or step + 1 == self.total_steps:
+            self.files.append(self.files.metrics, {"split": "train", **report.to_dict()})
+        self._emit("on_step", report)
+
+    @torch.no_grad()
+    def evaluate(self, step: int) -> EvalReport:
+        """Mean eval loss and token accuracy over the validation set (dropout off)."""
+        from lcsb_core.data import iter_batches
+
+        self.model.eval()
+        loss_sum, targets, correct = 0.0, 0, 0
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        for batch in iter_batches(self.eval_dataset, self.config.batch_size, seed=0, epoch=0,
+                                  pad_token_id=pad_id, shuffle=False):
+            sums = lm_loss_sums(self.model, {k: v.to(self.device) for k, v in batch.items()})
+            loss_sum, targets, correct = loss_sum + float(sums.loss_sum), targets + sums.num_targets, correct + sums.num_correct
+        self.model.train()
+        report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),
+                            eval_token_accuracy=correct / max(targets, 1), eval_target_tokens=targets,
+                            elapsed_s=time.perf_counter() - getattr(self, "t_start", time.perf_counter()))
+        self.eval_history = getattr(self, "eval_history", []) + [report]
+        self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
+        self._emit("on_eval", report)
+        return report
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Adapter + trainer state after `step` optimizer steps."""
+        state = self.schedule.state_dict() if isinstance(self.schedule, ImportanceSchedule) else None
+        path = save_checkpoint(self.files.checkpoint_dir(step), model=self.model, params=self.params,
+                               optimizer=self.optimizer, step=step, schedule_state=state)
+        self._emit("on_checkpoint", step, str(path))
+        return path
+
+    def _finish(self) -> dict:
+        from lcsb_core.plots import write_plots
+
+        evals = getattr(self, "eval_history", [])
+        if self.eval_dataset is not None and (not evals or evals[-1].step != self.total_steps):
+            evals = evals + [self.evaluate(self.total_steps)]
+        save_adapter(self.model, self.params, self.files.adapter)
+        self.files.write_metrics_csv()
+        plots = write_plots(self.files)
+        summary = {
+            "steps": self.total_steps, "k": self.k, "num_layers": self.selective.num_layers,
+            "schedule": self.config.lcsb.schedule,
+            "eval_loss_before": evals[0].eval_loss if evals and evals[0].step == 0 else None,
+            "eval_loss_after": evals[-1].eval_loss if evals else None,
+            "eval_token_accuracy_after": evals[-1].eval_token_accuracy if evals else None,
+            "train_seconds": time.perf_counter() - self.t_start,
+            "peak_memory_mib": getattr(self, "peak_memory_mib", None),
+            "trained_tokens": getattr(self, "trained_tokens", 0),
+            "adapter_dir": str(self.files.adapter), "run_dir": str(self.files.root),
+            "plots": [str(p) for p in plots],
+        }
+        self.files.write_json(self.files.summary, summary)
+        self._emit("on_end", summary)
+        return summary
+
+    def _model_facts(self) -> dict:
+        return {"num_layers": self.selective.num_layers, "k": self.k, "device": str(self.device),
+                "lora_parameters": sum(p.numel() for p in self.params),
+                "train_examples": len(self.train_dataset.examples),
+                "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,
+                "total_steps": self.total_steps}
+
+    def _start_info(self, start: int) -> dict:
+        return {"config": self.config.to_dict(), "start_step": start, **self._model_facts()}
+
+    def _emit(self, hook: str, *args) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(*args)

@@ -16,16 +16,16 @@ from torch import nn
 from lcsb_core.errors import DivergenceError
 
 
-def assert_finite_adapter(params: list[nn.Parameter]) -> None:
+def assert_finite_adapter(params: list[nn.Parameter], where: Path) -> None:
     """Raises DivergenceError when any LoRA parameter holds NaN/Inf (never save such an adapter)."""
     for p in params:
         if not torch.isfinite(p).all():
-            raise DivergenceError("refusing to save an adapter with non-finite LoRA weights")
+            raise DivergenceError(f"refusing to save {where}: the LoRA weights hold NaN/Inf")
 
 
 def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path) -> Path:
     """Write the PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) to `out_dir`."""
-    assert_finite_adapter(params)
+    assert_finite_adapter(params, out_dir)
     model.save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 

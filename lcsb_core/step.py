@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lcsb_core.errors import DivergenceError
-from lcsb_core.loss import IGNORE_INDEX, lm_loss_sums
+from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.optim import prepare_skipped_grads
 from lcsb_core.selective import SelectiveBackprop
 
@@ -57,13 +57,14 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     optimizer.zero_grad(set_to_none=True)
     total_targets = sum(count_targets(b) for b in micro_batches)
     if total_targets == 0:
-        raise ValueError(f"step {step}: no target token in the batch (every label is -100)")
+        raise ValueError(f"step {step + 1}: no target token in the batch (every label is -100)")
     loss_total = 0.0
     for batch in micro_batches:
-        sums = lm_loss_sums(model, batch)
+        with autocast_for(model):
+            sums = lm_loss_sums(model, batch)
         loss = sums.loss_sum / total_targets
         if not torch.isfinite(loss):
-            raise DivergenceError(f"loss became {loss.item()} at step {step}; lower the learning rate "
+            raise DivergenceError(f"loss became {loss.item()} at step {step + 1}; lower the learning rate "
                                   "or check the data")
         loss.backward()
         loss_total += loss.item()
@@ -71,7 +72,7 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     layer_norms = _layer_grad_norms(selective, selected)
     grad_norm = math.sqrt(sum(v * v for v in layer_norms.values()))
     if not math.isfinite(grad_norm):
-        raise DivergenceError(f"gradient norm became {grad_norm} at step {step}; lower the learning "
+        raise DivergenceError(f"gradient norm became {grad_norm} at step {step + 1}; lower the learning "
                               "rate or enable clipping")
     if max_grad_norm > 0 and grad_norm > max_grad_norm:
         torch._foreach_mul_([p.grad for p in trained], max_grad_norm / (grad_norm + 1e-6))

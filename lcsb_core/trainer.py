@@ -23,7 +23,7 @@ from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
-from lcsb_core.loss import lm_loss_sums
+from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.memory_probe import peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
@@ -174,7 +174,8 @@ class Trainer:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
         for batch in iter_batches(self.eval_dataset, self.config.batch_size, seed=0, epoch=0,
                                   pad_token_id=pad_id, shuffle=False):
-            sums = lm_loss_sums(self.model, {k: v.to(self.device) for k, v in batch.items()})
+            with autocast_for(self.model):
+                sums = lm_loss_sums(self.model, {k: v.to(self.device) for k, v in batch.items()}, with_accuracy=True)
             loss_sum, targets, correct = loss_sum + float(sums.loss_sum), targets + sums.num_targets, correct + sums.num_correct
         self.model.train()
         report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),

@@ -51,8 +51,9 @@ def shipped_gguf_path() -> Path:
 def import_gguf(gguf_path: Path, out_dir: Path) -> Path:
     """Convert a GGUF checkpoint to a safetensors Hugging Face folder at `out_dir`.
 
-    The weights are de-quantized to float32 (for the Q4_1 file: 134.5 M parameters, about 540 MB on
-    disk). The folder is written under a temporary name and renamed, so a crash never leaves a
+    The weights are de-quantized and stored in bfloat16, the dtype SmolLM2 was published in (134.5 M
+    parameters, 270 MB on disk; the Q4_1 grid values d*q+m lose < 0.4 % relative to bf16 rounding,
+    far below the NF4 quantization error applied on top, and loading reads half the bytes). The folder is written under a temporary name and renamed, so a crash never leaves a
     half-written cache.
 
     Raises:
@@ -72,12 +73,13 @@ def import_gguf(gguf_path: Path, out_dir: Path) -> Path:
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.dtype = torch.float32
+    config.dtype = torch.bfloat16
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embeddings
     if missing or unexpected:
         raise ModelLoadError(f"GGUF import mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    plain.to(torch.bfloat16)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))

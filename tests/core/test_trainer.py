@@ -1,0 +1,162 @@
+"""The trainer loop on the tiny model: resume, NaN guard, adapter round trip, history, callbacks."""
+
+import json
+import math
+
+import pytest
+import torch
+from peft import PeftModel
+
+from lcsb_core.callbacks import TrainerCallback
+from lcsb_core.config import TrainConfig
+from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
+from lcsb_core.errors import DivergenceError, TrainingCancelled
+from lcsb_core.history import read_history
+from lcsb_core.trainer import Trainer
+from tests.core.tiny import NUM_LAYERS, VOCAB, tiny_base, tiny_lora
+
+
+def dataset(n: int, seed: int) -> TokenizedDataset:
+    gen = torch.Generator().manual_seed(seed)
+    examples = []
+    for i in range(n):
+        length = int(torch.randint(6, 20, (1,), generator=gen))
+        ids = torch.randint(1, VOCAB, (length,), generator=gen).tolist()
+        labels = [-100] * 3 + ids[3:]
+        examples.append(EncodedExample(input_ids=ids, labels=labels, line=i + 1))
+    return TokenizedDataset(examples=examples, report=ValidationReport(path="synthetic", file_type="jsonl"))
+
+
+def config(tmp_path, **over) -> TrainConfig:
+    raw = {"data": {"train_file": "synthetic"}, "output_dir": str(tmp_path / "run"), "batch_size": 4,
+           "gradient_accumulation_steps": 2, "max_steps": 8, "eval_every": 4, "save_every": 4, "seed": 3,
+           "lcsb": {"schedule": "cyclic", "k": 1}, "lora": {"rank": 4, "alpha": 8, "dropout": 0.1},
+           "optim": {"learning_rate": 1e-2, "warmup_steps": 2, "lr_schedule": "cosine"}}
+    for key, value in over.items():
+        if isinstance(value, dict):
+            raw[key] = {**raw.get(key, {}), **value}
+        else:
+            raw[key] = value
+    return TrainConfig.from_dict(raw)
+
+
+def trainer(cfg, callbacks=()):
+    return Trainer(cfg, model=tiny_lora(0, rank=4, dropout=0.1), train_dataset=dataset(40, 1),
+                   eval_dataset=dataset(8, 2), callbacks=callbacks)
+
+
+def lora_tensors(t: Trainer):
+    return [p.detach().clone() for p in t.params]
+
+
+def test_history_has_one_row_per_step_with_the_scheduled_layers(tmp_path):
+    t = trainer(config(tmp_path))
+    summary = t.train()
+    rows = read_history(t.files.history)
+    assert [r["step"] for r in rows] == list(range(8))
+    assert [r["selected"] for r in rows] == [[s % NUM_LAYERS] for s in range(8)]
+    for r in rows:
+        assert len(r["grad_norm"]) == NUM_LAYERS and len(r["update_norm"]) == NUM_LAYERS
+        assert all((g is None) == (i not in r["selected"]) for i, g in enumerate(r["grad_norm"]))
+        assert r["grad_norm"][r["selected"][0]] > 0
+    assert summary["steps"] == 8 and summary["eval_loss_before"] is not None
+    assert (t.files.plots / "loss.png").stat().st_size > 1000
+    assert (t.files.plots / "selection_heatmap.png").stat().st_size > 1000
+    metrics = [json.loads(line) for line in t.files.metrics.read_text().splitlines()]
+    assert [m["step"] for m in metrics if m["split"] == "eval"] == [0, 4, 8]
+    assert len([m for m in metrics if m["split"] == "train"]) == 8
+    assert t.files.metrics_csv.read_text().splitlines()[0].startswith("split,step")
+
+
+def test_resume_reproduces_uninterrupted_run(tmp_path):
+    full = trainer(config(tmp_path / "a"))
+    full.train()
+    expected = lora_tensors(full)
+
+    class StopAfter5(TrainerCallback):
+        def __init__(self):
+            self.steps = 0
+
+        def on_step(self, report):
+            self.steps = report.step
+
+        def should_cancel(self):
+            return self.steps >= 5
+
+    first = trainer(config(tmp_path / "b"), callbacks=[StopAfter5()])
+    with pytest.raises(TrainingCancelled):
+        first.train()
+    assert first.files.latest_checkpoint().name == "step-000004"
+    resumed = trainer(config(tmp_path / "b"))
+    resumed.train(resume_from="latest")
+    for a, b in zip(expected, lora_tensors(resumed)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [r["step"] for r in read_history(resumed.files.history)] == list(range(8))
+    hist_a = read_history(full.files.history)
+    hist_b = read_history(resumed.files.history)
+    assert hist_a == hist_b
+
+
+def test_nan_guard_stops_and_never_saves_a_nonfinite_adapter(tmp_path):
+    class Poison(TrainerCallback):
+        def __init__(self, t):
+            self.t = t
+
+        def on_step(self, report):
+            if report.step == 2:
+                with torch.no_grad():
+                    self.t.params[0].fill_(float("nan"))
+
+    t = trainer(config(tmp_path, save_every=1, eval_every=0))
+    t.callbacks.append(Poison(t))
+    with pytest.raises(DivergenceError, match="step-000002: the LoRA weights hold NaN"):
+        t.train()
+    assert not t.files.adapter.exists()
+    assert [p.name for p in t.files.checkpoints.iterdir() if (p / "trainer_state.pt").exists()] == ["step-000001"]
+
+    t = trainer(config(tmp_path / "b", save_every=0, eval_every=0))
+    t.callbacks.append(Poison(t))
+    with pytest.raises(DivergenceError, match="loss became nan at step 3"):
+        t.train()
+    assert not t.files.adapter.exists()
+
+
+def test_adapter_round_trip_gives_same_logits(tmp_path):
+    t = trainer(config(tmp_path, lcsb={"schedule": "full"}))
+    t.train()
+    t.model.eval()
+    ids = torch.randint(1, VOCAB, (2, 10), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        expected = t.model(input_ids=ids).logits
+    loaded = PeftModel.from_pretrained(tiny_base(0), t.files.adapter).eval()
+    cfg = json.loads((t.files.adapter / "adapter_config.json").read_text())
+    assert cfg["r"] == 4 and cfg["lora_alpha"] == 8 and len(cfg["target_modules"]) == 7
+    with torch.no_grad():
+        got = loaded(input_ids=ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        base = tiny_base(0)(input_ids=ids).logits
+    assert (base - expected).abs().max() > 1e-4  # the adapter changes the model
+
+
+def test_callbacks_receive_progress(tmp_path):
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_step(self, r):
+            seen.append(r)
+
+    trainer(config(tmp_path, max_steps=3, eval_every=0), callbacks=[Record()]).train()
+    assert [r.step for r in seen] == [1, 2, 3] and all(r.total_steps == 3 for r in seen)
+    assert all(r.tokens > 0 and r.tokens_per_s > 0 and r.peak_memory_mib > 0 and math.isfinite(r.loss) for r in seen)
+    assert seen[0].lr == pytest.approx(1e-2 / 2)  # warmup: step 1 of 2
+
+
+@pytest.mark.parametrize("schedule", ["random", "importance", "freeze"])
+def test_other_schedules_train(tmp_path, schedule):
+    t = trainer(config(tmp_path, lcsb={"schedule": schedule, "k": 2, "importance_refresh_every": 3}))
+    summary = t.train()
+    rows = read_history(t.files.history)
+    assert all(len(r["selected"]) == (NUM_LAYERS if schedule == "importance" and r["step"] % 3 == 0 else 2)
+               for r in rows)
+    assert math.isfinite(summary["eval_loss_after"])

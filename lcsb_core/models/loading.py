@@ -12,7 +12,7 @@ import torch
 
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.models.gguf_import import DEFAULT_MODEL_NAME, ensure_default_model
-from lcsb_core.models.quantization import base_dtype, quantization_config
+from lcsb_core.models.quantization import base_dtype, disable_cpu_weight_repacking, quantization_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "phi3")
 
@@ -91,6 +91,8 @@ def load_base_model(path: Path, *, quantization: str, device: torch.device) -> t
         raise ModelLoadError(f"cannot load weights from {path}: {exc}") from exc
     if qconf is None:
         model.to(device)
+    else:
+        disable_cpu_weight_repacking(model)
     model.config.use_cache = False
     for p in model.parameters():
         p.requires_grad_(False)

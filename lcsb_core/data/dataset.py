@@ -1,0 +1,162 @@
+"""Build the training set from a file, and iterate over it in deterministic batches.
+
+    ds = build_dataset("train.jsonl", tok, max_seq_len=2048)       # raises DataError if unusable
+    ds.report.to_dict()       # format, counts, truncated, dropped_no_target, skipped_invalid, ...
+    for batch in iter_batches(ds, 8, seed=0, epoch=0, pad_token_id=tok.pad_token_id):
+        loss = model(**batch).loss
+
+`build_dataset` runs the same validation as the API (`validator.scan_file`) and tokenizes in the same
+pass, so training never meets a data problem the report did not show.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from lcsb_core.data.batching import collate
+from lcsb_core.data.formats import FORMATS, RecordError, parse_record
+from lcsb_core.data.limits import ValidationLimits
+from lcsb_core.data.reader import LineReader
+from lcsb_core.data.report import ValidationReport
+from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEncoder
+from lcsb_core.data.validator import TXT_SUFFIXES, scan_file
+from lcsb_core.errors import DataError
+
+
+@dataclass
+class TokenizedDataset:
+    """Encoded examples ready for batching, with the validation report of their file."""
+
+    examples: list[EncodedExample]
+    report: ValidationReport
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    @property
+    def num_target_tokens(self) -> int:
+        """Target tokens (labels != -100) over all examples; the loss is averaged over these."""
+        return sum(len(e.labels) - e.labels.count(IGNORE_INDEX) for e in self.examples)
+
+
+def _raise(report: ValidationReport, message: str) -> None:
+    err = DataError(message)
+    err.report = report  # type: ignore[attr-defined]  # the API stores it with the failed job
+    raise err
+
+
+def build_dataset(
+    path: str | os.PathLike[str],
+    tokenizer: Any,
+    *,
+    max_seq_len: int,
+    train_on_inputs: bool = False,
+    skip_invalid: bool = False,
+    min_examples: int = 10,
+    limits: ValidationLimits | None = None,
+    file_type: str | None = None,
+) -> TokenizedDataset:
+    """Validate and tokenize a dataset file (JSONL in any of the three formats, or a .txt corpus).
+
+    Examples longer than `max_seq_len` tokens are truncated keeping the start; examples left with no
+    target token are dropped and counted (`report.dropped_no_target`, `report.dropped_lines`). With
+    `skip_invalid`, invalid lines are left out and counted in `report.skipped_invalid`.
+
+    Args:
+        path: the file. tokenizer: the base model's transformers (fast) tokenizer.
+        max_seq_len: most tokens per example (>= 2). train_on_inputs: every token is a target, not only
+            assistant turns / completions. min_examples: fewer usable examples raises (overrides
+            `limits.min_examples`). limits: caps (default `ValidationLimits()`). file_type: "jsonl" or
+            "txt" (default from the suffix).
+
+    Returns:
+        TokenizedDataset; `examples` in file order.
+
+    Raises:
+        DataError: the file has invalid lines (and not skip_invalid), a file-level problem (size or line
+            cap, no chat template for chat data), or fewer than `min_examples` usable examples. The
+            message names the first bad lines; `err.report` holds the full ValidationReport.
+        ValueError: no tokenizer, or max_seq_len < 2.
+    """
+    if tokenizer is None:
+        raise ValueError("build_dataset needs the base model's tokenizer")
+    limits = replace(limits or ValidationLimits(), min_examples=min_examples)
+    report, examples = scan_file(path, tokenizer=tokenizer, max_seq_len=max_seq_len, limits=limits,
+                                 train_on_inputs=train_on_inputs, keep_examples=True, file_type=file_type)
+    if report.file_errors:
+        _raise(report, report.summary())
+    if report.invalid_examples:
+        if not skip_invalid:
+            _raise(report, report.summary() + " (rejected; the skip_invalid option leaves invalid lines out)")
+        report.skipped_invalid = report.invalid_examples
+    return TokenizedDataset(examples, report)
+
+
+def iter_batches(
+    dataset: TokenizedDataset,
+    batch_size: int,
+    *,
+    seed: int,
+    epoch: int,
+    pad_token_id: int,
+    shuffle: bool = True,
+    pack: bool = False,
+    max_seq_len: int | None = None,
+    mask_dtype: torch.dtype | None = None,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield `collate`d batches of `batch_size` examples, in an order fixed by (seed, epoch) (a
+    permutation from numpy's PCG64 seeded with [seed, epoch]; file order when not shuffle). The last,
+    partial batch is kept. `pack`, `max_seq_len`, `mask_dtype` are passed to `collate` (with pack, each
+    batch's `batch_size` examples become as many rows as needed).
+
+    Raises:
+        ValueError: batch_size < 1.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    n = len(dataset.examples)
+    if shuffle:
+        rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
+        order = rng.permutation(n)
+    else:
+        order = np.arange(n)
+    for start in range(0, n, batch_size):
+        batch = [dataset.examples[int(i)] for i in order[start:start + batch_size]]
+        yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype)
+
+
+def sniff_format(path: str | os.PathLike[str], *, limits: ValidationLimits | None = None,
+                 file_type: str | None = None) -> str | None:
+    """The file's format (chat, prompt_completion or text), read from its first valid line only; None
+    when no line is valid. A .txt corpus is "text"."""
+    if (file_type or "").lower() == "txt" or str(path).lower().endswith(TXT_SUFFIXES):
+        return "text"
+    for pl in LineReader(path, limits or ValidationLimits()):
+        if pl.text is None:
+            continue
+        try:
+            return parse_record(pl.text).format
+        except RecordError:
+            continue
+    return None
+
+
+def check_tokenizer(path: str | os.PathLike[str], tokenizer: Any, *, file_type: str | None = None) -> str | None:
+    """Check at job creation, cheaply, that `tokenizer` can encode the file's format (a chat file needs a
+    chat template). Returns the format (None when no line is valid).
+
+    Raises:
+        DataError: the tokenizer cannot encode this format; the message says what to do.
+    """
+    fmt = sniff_format(path, file_type=file_type)
+    if fmt in FORMATS:
+        problem = ExampleEncoder(tokenizer).format_error(fmt)
+        if problem:
+            raise DataError(f"{path}: {fmt} data: {problem}")
+    return fmt

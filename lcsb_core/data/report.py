@@ -1,0 +1,120 @@
+"""`ValidationReport`: what the validator found in one file, JSON-serializable for the API.
+
+    report = validate_file(path, tokenizer=tok, max_seq_len=2048)
+    if not report.ok:
+        print(report.summary())          # one paragraph naming the first bad lines
+    json.dumps(report.to_dict())         # the whole report, for the API and the job record
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lcsb_core.data.formats import Issue
+from lcsb_core.data.stats import TokenStats
+
+TXT_MODE = "packed_blocks"
+
+
+@dataclass
+class ValidationReport:
+    """Outcome of validating one dataset file.
+
+    Counts: `lines` physical lines read, `blank_lines` whitespace-only ones, `num_examples` the other
+    lines (each is one example in JSONL; one text line in .txt), split into `valid_examples` and
+    `invalid_examples`. `errors` lists the first `limits.max_errors` line errors (one per invalid line,
+    1-based physical line, field, message); `file_errors` are reasons the whole file is rejected (size
+    or line cap, too few usable examples, no chat template for chat data). `ok` is True when neither
+    exists.
+
+    With a tokenizer: `tokens` (per-example token statistics), `truncated` (examples longer than
+    `max_seq_len`, cut keeping the start), `dropped_no_target` (examples left with no target token after
+    truncation: never trained on), `usable_examples` (what training will use; for .txt, the number of
+    packed blocks). `duplicates` counts examples equal to an earlier one; `reference_overlap` counts
+    examples also present in the training file (validation files only). `skipped_invalid` is set by
+    `build_dataset(skip_invalid=True)`.
+    """
+
+    path: str
+    file_type: str
+    format: str | None = None
+    format_line: int | None = None
+    txt_mode: str | None = None
+    lines: int = 0
+    blank_lines: int = 0
+    num_examples: int = 0
+    valid_examples: int = 0
+    invalid_examples: int = 0
+    errors: list[Issue] = field(default_factory=list)
+    file_errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    min_examples: int = 0
+    max_seq_len: int | None = None
+    train_on_inputs: bool = False
+    tokens: TokenStats | None = None
+    usable_examples: int | None = None
+    truncated: int = 0
+    truncated_lines: list[int] = field(default_factory=list)
+    dropped_no_target: int = 0
+    dropped_lines: list[int] = field(default_factory=list)
+    duplicates: int = 0
+    duplicate_lines: list[tuple[int, int]] = field(default_factory=list)
+    reference_overlap: int | None = None
+    overlap_lines: list[int] = field(default_factory=list)
+    skipped_invalid: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the file can be trained on as it is (no invalid line, no file-level error)."""
+        return self.invalid_examples == 0 and not self.file_errors
+
+    @property
+    def error_lines(self) -> list[int]:
+        """Line numbers of the listed errors."""
+        return [e.line for e in self.errors if e.line is not None]
+
+    def summary(self, max_items: int = 5) -> str:
+        """One paragraph for an error message: file errors, then the first line errors."""
+        parts = list(self.file_errors)
+        if self.invalid_examples:
+            shown = "; ".join(str(e) for e in self.errors[:max_items])
+            more = self.invalid_examples - min(len(self.errors), max_items)
+            parts.append(
+                f"{self.invalid_examples} of {self.num_examples} lines are invalid: {shown}"
+                + (f"; and {more} more" if more > 0 else "")
+            )
+        return f"{self.path}: " + (". ".join(parts) if parts else "valid")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (str, int, float, bool, None, lists, dicts)."""
+        return {
+            "ok": self.ok,
+            "path": self.path,
+            "file_type": self.file_type,
+            "format": self.format,
+            "format_line": self.format_line,
+            "txt_mode": self.txt_mode,
+            "lines": self.lines,
+            "blank_lines": self.blank_lines,
+            "num_examples": self.num_examples,
+            "valid_examples": self.valid_examples,
+            "invalid_examples": self.invalid_examples,
+            "errors": [e.to_dict() for e in self.errors],
+            "file_errors": list(self.file_errors),
+            "warnings": list(self.warnings),
+            "min_examples": self.min_examples,
+            "max_seq_len": self.max_seq_len,
+            "train_on_inputs": self.train_on_inputs,
+            "tokens": self.tokens.to_dict() if self.tokens else None,
+            "usable_examples": self.usable_examples,
+            "truncated": self.truncated,
+            "truncated_lines": list(self.truncated_lines),
+            "dropped_no_target": self.dropped_no_target,
+            "dropped_lines": list(self.dropped_lines),
+            "duplicates": self.duplicates,
+            "duplicate_lines": [{"line": a, "duplicate_of": b} for a, b in self.duplicate_lines],
+            "reference_overlap": self.reference_overlap,
+            "overlap_lines": list(self.overlap_lines),
+            "skipped_invalid": self.skipped_invalid,
+        }

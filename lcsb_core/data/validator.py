@@ -1,0 +1,262 @@
+"""Validate a dataset file in one streaming pass: the single check used by the API (at upload, usually
+without a tokenizer) and by the trainer (before training, with the base model's tokenizer), so a file
+that passes at upload cannot fail later for a structural reason.
+
+    report = validate_file("train.jsonl", tokenizer=tok, max_seq_len=2048,
+                           limits=ValidationLimits(min_examples=10),
+                           reference_path=None)        # or the training file, for a validation file
+    report.ok, report.format, report.errors[0].line, report.to_dict()
+
+`.txt` files are plain-text corpora (see `text_corpus`); everything else is read as JSONL. The file is
+read line by line (flat memory); valid examples are tokenized in batches of `ENCODE_BATCH` and only
+their statistics are kept, unless `scan_file(..., keep_examples=True)` (used by `build_dataset`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lcsb_core.data.formats import Example, Issue, RecordError, parse_record
+from lcsb_core.data.limits import ValidationLimits
+from lcsb_core.data.reader import LineReader
+from lcsb_core.data.report import ValidationReport
+from lcsb_core.data.stats import DigestTracker, TokenCounter
+from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEncoder, Segment
+
+ENCODE_BATCH = 256
+TXT_SUFFIXES = (".txt", ".text")
+
+
+class _Scan:
+    """State of one JSONL pass."""
+
+    def __init__(self, report: ValidationReport, encoder: ExampleEncoder | None, max_seq_len: int,
+                 limits: ValidationLimits, keep_examples: bool) -> None:
+        self.report = report
+        self.encoder = encoder
+        self.max_seq_len = max_seq_len
+        self.limits = limits
+        self.keep = keep_examples
+        self.digests = DigestTracker()
+        self.counter = TokenCounter(limits.max_listed)
+        self.pending: list[tuple[int, list[Segment]]] = []
+        self.examples: list[EncodedExample] = []
+        self.special_lines: list[int] = []
+        self.special_count = 0
+        self.lossy_lines: list[int] = []
+        self.lossy_chars: set[str] = set()
+        self.lossy_count = 0
+
+    def error(self, line: int, field: str | None, message: str) -> None:
+        """Count an invalid line; list it while fewer than max_errors are listed."""
+        self.report.invalid_examples += 1
+        if len(self.report.errors) < self.limits.max_errors:
+            self.report.errors.append(Issue(line, field, message))
+
+    def accept(self, line: int, example: Example) -> None:
+        """Check the example against the file's format and the tokenizer; queue it for tokenizing."""
+        r = self.report
+        if r.format is None:
+            r.format, r.format_line = example.format, line
+            if self.encoder is not None:
+                problem = self.encoder.format_error(example.format)
+                if problem:
+                    r.file_errors.append(problem)
+                    self.encoder = None
+        elif example.format != r.format:
+            self.error(line, None, f"this line is in {example.format} format but the file is in {r.format} "
+                       f"format (detected from line {r.format_line}); use one format per file")
+            return
+        if self.encoder is not None:
+            try:
+                segments = self.encoder.segments(example)
+            except RecordError as exc:
+                self.error(line, exc.field, exc.message)
+                return
+            if self.encoder.contains_special(example):
+                self.special_count += 1
+                if len(self.special_lines) < self.limits.max_listed:
+                    self.special_lines.append(line)
+            lossy = self.encoder.lossy_chars(example)
+            if lossy:
+                self.lossy_count += 1
+                self.lossy_chars |= lossy
+                if len(self.lossy_lines) < self.limits.max_listed:
+                    self.lossy_lines.append(line)
+            self.pending.append((line, segments))
+            if len(self.pending) >= ENCODE_BATCH:
+                self.flush()
+        r.valid_examples += 1
+        self.digests.add(example.digest(), line)
+
+    def flush(self) -> None:
+        """Tokenize the pending examples in one batched call; record their statistics."""
+        if not self.pending or self.encoder is None:
+            self.pending = []
+            return
+        encoded = self.encoder.encode_segments([segs for _, segs in self.pending])
+        for (line, _), (ids, labels) in zip(self.pending, encoded):
+            length = len(ids)
+            kept = min(length, self.max_seq_len)
+            if kept < length:
+                ids, labels = ids[:kept], labels[:kept]
+            targets = kept - labels.count(IGNORE_INDEX)
+            self.counter.add(line=line, length=length, kept_length=kept, targets=targets)
+            if self.keep and targets > 0:
+                self.examples.append(EncodedExample(ids, labels, line))
+        self.pending = []
+
+
+def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | None, max_seq_len: int,
+                limits: ValidationLimits, keep_examples: bool) -> tuple[list[EncodedExample], DigestTracker]:
+    scan = _Scan(report, encoder, max_seq_len, limits, keep_examples)
+    reader = LineReader(path, limits)
+    first = True
+    for pl in reader:
+        report.num_examples += 1
+        if pl.error is not None:
+            scan.error(pl.number, None, pl.error)
+            continue
+        if first:
+            first = False
+            stripped = pl.text.strip()
+            if stripped == "[" or (stripped.startswith("[{") and not stripped.endswith("]")):
+                report.file_errors.append(
+                    "the file is a JSON array; upload JSON Lines instead (one JSON object per line)")
+                report.num_examples = 0
+                break
+        try:
+            example = parse_record(pl.text)
+        except RecordError as exc:
+            scan.error(pl.number, exc.field, exc.message)
+            continue
+        scan.accept(pl.number, example)
+    scan.flush()
+    report.lines, report.blank_lines = reader.lines_read, reader.blank_lines
+    if reader.file_error:
+        report.file_errors.insert(0, reader.file_error)
+    if scan.encoder is not None and report.format is not None:
+        report.tokens = scan.counter.result()
+        report.truncated, report.truncated_lines = scan.counter.truncated, scan.counter.truncated_lines
+        report.dropped_no_target, report.dropped_lines = scan.counter.dropped, scan.counter.dropped_lines
+        report.usable_examples = report.valid_examples - scan.counter.dropped
+        if scan.special_count:
+            report.warnings.append(
+                f"{scan.special_count} examples contain the text of a special token such as "
+                f"{scan.encoder.special_strings[0]!r} (lines {', '.join(map(str, scan.special_lines))}); "
+                "the tokenizer reads it as a control token, not as text")
+        if scan.lossy_count:
+            shown = ", ".join(repr(c) for c in sorted(scan.lossy_chars)[:5])
+            report.warnings.append(
+                f"{scan.lossy_count} examples contain characters the tokenizer cannot represent ({shown}; "
+                f"lines {', '.join(map(str, scan.lossy_lines))}); they are lost when tokenized")
+        if scan.encoder.turns_without_eot:
+            report.warnings.append(
+                "the chat template closes assistant turns without a special end-of-turn token; "
+                "the model may not learn to stop")
+    return scan.examples, scan.digests
+
+
+def _reference_digests(path: str | os.PathLike[str], limits: ValidationLimits, report: ValidationReport):
+    tracker = DigestTracker()
+    reader = LineReader(path, limits)
+    for pl in reader:
+        if pl.text is None:
+            continue
+        try:
+            tracker.add(parse_record(pl.text).digest(), pl.number)
+        except RecordError:
+            continue
+    if reader.file_error:
+        report.warnings.append(f"overlap with the training file {path} not fully checked: {reader.file_error}")
+    return tracker.digests()
+
+
+def _finish(report: ValidationReport, digests: DigestTracker, limits: ValidationLimits,
+            reference_path: str | os.PathLike[str] | None) -> None:
+    report.duplicates, report.duplicate_lines = digests.duplicates(limits.max_listed)
+    if reference_path is not None:
+        ref = _reference_digests(reference_path, limits, report)
+        report.reference_overlap, report.overlap_lines = digests.overlap(ref, limits.max_listed)
+    if report.file_errors and report.num_examples == 0:
+        return  # the file was not read: counting examples would only repeat the reason
+    usable = report.usable_examples if report.usable_examples is not None else report.valid_examples
+    if report.num_examples == 0:
+        report.file_errors.append("the file holds no examples")
+    elif usable < limits.min_examples:
+        what = "usable examples" if report.usable_examples is not None else "valid examples"
+        report.file_errors.append(f"only {usable} {what}; at least {limits.min_examples} are needed")
+
+
+def scan_file(
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    max_seq_len: int = 2048,
+    limits: ValidationLimits | None = None,
+    train_on_inputs: bool = False,
+    reference_path: str | os.PathLike[str] | None = None,
+    keep_examples: bool = False,
+    file_type: str | None = None,
+) -> tuple[ValidationReport, list[EncodedExample]]:
+    """`validate_file`, also returning the encoded examples (truncated, no-target ones dropped) when
+    `keep_examples` and a tokenizer is given; else an empty list."""
+    from lcsb_core.data.text_corpus import scan_text_corpus  # late: text_corpus imports this module
+
+    limits = limits or ValidationLimits()
+    if max_seq_len < 2:
+        raise ValueError("max_seq_len must be at least 2")
+    path = Path(path)
+    kind = file_type or ("txt" if path.suffix.lower() in TXT_SUFFIXES else "jsonl")
+    if kind not in ("jsonl", "txt"):
+        raise ValueError(f"file_type must be 'jsonl' or 'txt', not {file_type!r}")
+    report = ValidationReport(path=str(path), file_type=kind, min_examples=limits.min_examples,
+                              max_seq_len=max_seq_len if tokenizer is not None else None,
+                              train_on_inputs=train_on_inputs)
+    if kind == "txt":
+        examples = scan_text_corpus(path, report, tokenizer=tokenizer, max_seq_len=max_seq_len,
+                                    limits=limits, keep_examples=keep_examples)
+        _finish(report, DigestTracker(), limits, None)
+        return report, examples
+    encoder = ExampleEncoder(tokenizer, train_on_inputs=train_on_inputs) if tokenizer is not None else None
+    examples, digests = _scan_jsonl(path, report, encoder, max_seq_len, limits, keep_examples)
+    _finish(report, digests, limits, reference_path)
+    return report, examples
+
+
+def validate_file(
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    max_seq_len: int = 2048,
+    limits: ValidationLimits | None = None,
+    train_on_inputs: bool = False,
+    reference_path: str | os.PathLike[str] | None = None,
+    file_type: str | None = None,
+) -> ValidationReport:
+    """Validate a dataset file in one streaming pass (flat memory) and report what training would see.
+
+    Args:
+        path: a JSONL file (chat, prompt_completion or text format) or a `.txt` corpus.
+        tokenizer: the base model's transformers tokenizer; when given, token statistics (tokens per
+            example, trainable tokens, truncated and dropped examples) are measured with it and its chat
+            template. None: structure only (what the API can check at upload).
+        max_seq_len: tokens per example after truncation (truncation keeps the start).
+        limits: caps and thresholds (default `ValidationLimits()`).
+        train_on_inputs: count prompt/user/system tokens as targets too.
+        reference_path: for a validation file, the training file; the report counts examples present
+            in both.
+        file_type: "jsonl" or "txt"; default from the suffix (.txt/.text is a corpus, else JSONL).
+
+    Returns:
+        ValidationReport; `report.ok` says whether training can use the file as it is. Data problems are
+        reported, never raised.
+
+    Raises:
+        ValueError: max_seq_len < 2 or an unknown file_type (programming errors, not data problems).
+    """
+    report, _ = scan_file(path, tokenizer=tokenizer, max_seq_len=max_seq_len, limits=limits,
+                          train_on_inputs=train_on_inputs, reference_path=reference_path, file_type=file_type)
+    return report

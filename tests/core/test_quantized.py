@@ -1,0 +1,61 @@
+"""NF4 (bitsandbytes 4-bit) base on CPU: config per device, and gradients unchanged by evaluation.
+
+Regression: bitsandbytes repacks 4-bit weights for CPU inference on the first eval-mode forward and
+never unpacks them on train(); training afterwards got silently wrong gradients through the base
+weights, and the next checkpoint (state_dict) unpacked them mid-run (loss 1.7 -> 16.8 on SmolLM2).
+"""
+
+import bitsandbytes as bnb
+import pytest
+import torch
+
+from lcsb_core.config import LoraSettings
+from lcsb_core.lora import apply_lora
+from lcsb_core.loss import lm_loss_sums
+from lcsb_core.models.loading import load_base_model
+from lcsb_core.models.quantization import quantization_config
+from tests.core.tiny import batch, tiny_base
+
+
+@pytest.fixture(scope="module")
+def nf4_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    base = tiny_base(0)
+    base.save_pretrained(folder)
+    model = load_base_model(folder, quantization="nf4", device=torch.device("cpu"))
+    return apply_lora(model, LoraSettings(rank=4, alpha=8), seed=0)
+
+
+def grads(model):
+    for p in model.parameters():
+        p.grad = None
+    lm_loss_sums(model, batch(0)).loss_sum.backward()
+    return [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+
+def test_config_per_device():
+    cpu = quantization_config("nf4", torch.device("cpu"))
+    assert cpu.load_in_4bit and cpu.bnb_4bit_quant_type == "nf4" and not cpu.bnb_4bit_use_double_quant
+    assert cpu.bnb_4bit_compute_dtype == torch.bfloat16
+    assert quantization_config("nf4", torch.device("cuda")).bnb_4bit_use_double_quant
+    assert quantization_config("bf16", torch.device("cpu")) is None
+
+
+def test_base_linears_are_nf4(nf4_model):
+    layers = [m for m in nf4_model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(layers) == 4 * 7 and all(m.weight.quant_type == "nf4" for m in layers)
+
+
+def test_evaluation_and_checkpoint_do_not_change_gradients(nf4_model):
+    before = grads(nf4_model)
+    nf4_model.eval()
+    with torch.no_grad():
+        lm_loss_sums(nf4_model, batch(1))
+    nf4_model.train()
+    after_eval = grads(nf4_model)
+    nf4_model.state_dict()  # what a checkpoint save does
+    after_save = grads(nf4_model)
+    for a, b, c in zip(before, after_eval, after_save):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+    assert sum(float(g.abs().sum()) for g in before) > 0

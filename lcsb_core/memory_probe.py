@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import resource
 from pathlib import Path
 
@@ -43,3 +44,15 @@ def current_mib(device: torch.device) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def release_free_memory(device: torch.device) -> None:
+    """CPU: return the C allocator's free pages to the system (`malloc_trim(0)`), so memory freed by a
+    step does not stay in the process between steps (measured on SmolLM2, 16 steps with varying batch
+    shapes: resident set 1.9 GB without, 1.0 GB with; about 10 ms). No-op on CUDA and without glibc."""
+    if device.type != "cpu":
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -24,7 +24,7 @@ from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import peak_mib, reset_peak
+from lcsb_core.memory_probe import peak_mib, release_free_memory, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.schedules import ImportanceSchedule, make_schedule, resolve_k
@@ -85,7 +85,8 @@ class Trainer:
 
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
         stream = (b for epoch in itertools.count() for b in iter_batches(
-            self.train_dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch, pad_token_id=pad_id))
+            self.train_dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch, pad_token_id=pad_id,
+            pad_to_multiple_of=self.config.data.pad_to_multiple_of))
         skip = start_step * self.config.gradient_accumulation_steps
         for batch in itertools.islice(stream, skip, None):
             yield {k: v.to(self.device) for k, v in batch.items()}
@@ -115,6 +116,7 @@ class Trainer:
                              momentum_for_skipped=cfg.lcsb.momentum_for_skipped,
                              max_grad_norm=cfg.optim.max_grad_norm)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
+            release_free_memory(self.device)
             done = step + 1
             if self._due(cfg.eval_every, done):
                 self.evaluate(done)
@@ -172,8 +174,8 @@ class Trainer:
         self.model.eval()
         loss_sum, targets, correct = 0.0, 0, 0
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
-        for batch in iter_batches(self.eval_dataset, self.config.batch_size, seed=0, epoch=0,
-                                  pad_token_id=pad_id, shuffle=False):
+        for batch in iter_batches(self.eval_dataset, self.config.batch_size, seed=0, epoch=0, pad_token_id=pad_id,
+                                  shuffle=False, pad_to_multiple_of=self.config.data.pad_to_multiple_of):
             with autocast_for(self.model):
                 sums = lm_loss_sums(self.model, {k: v.to(self.device) for k, v in batch.items()}, with_accuracy=True)
             loss_sum, targets, correct = loss_sum + float(sums.loss_sum), targets + sums.num_targets, correct + sums.num_correct

@@ -36,8 +36,9 @@ def count_target_tokens(labels: torch.Tensor) -> int:
     return int((labels != IGNORE_INDEX).sum().item())
 
 
-def _pad(examples: Sequence[EncodedExample], pad_token_id: int) -> dict[str, torch.Tensor]:
+def _pad(examples: Sequence[EncodedExample], pad_token_id: int, multiple: int = 1) -> dict[str, torch.Tensor]:
     width = max(len(e.input_ids) for e in examples)
+    width = -(-width // multiple) * multiple
     n = len(examples)
     input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
     labels = torch.full((n, width), IGNORE_INDEX, dtype=torch.long)
@@ -98,8 +99,11 @@ def collate(
     pack: bool = False,
     max_seq_len: int | None = None,
     mask_dtype: torch.dtype | None = None,
+    pad_to_multiple_of: int = 1,
 ) -> dict[str, torch.Tensor]:
-    """Make one batch (right padding to the longest example of the batch).
+    """Make one batch (right padding to the longest example of the batch, rounded up to a multiple of
+    `pad_to_multiple_of`: fewer distinct shapes, so CPU kernel caches (oneDNN primitives) and the
+    allocator see a handful of sizes instead of one per batch).
 
     Returns (all torch.long unless noted):
         pack=False: input_ids [B,T], attention_mask [B,T] (1 = real token), labels [B,T] (-100 at
@@ -120,7 +124,7 @@ def collate(
         if max_seq_len is not None and len(e.input_ids) > max_seq_len:
             raise ValueError(f"example from line {e.line} has {len(e.input_ids)} tokens > max_seq_len {max_seq_len}")
     if not pack:
-        return _pad(examples, pad_token_id)
+        return _pad(examples, pad_token_id, pad_to_multiple_of)
     if max_seq_len is None:
         raise ValueError("pack=True needs max_seq_len (the row length)")
     return _pack(examples, pad_token_id, max_seq_len, mask_dtype)

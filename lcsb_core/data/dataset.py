@@ -109,10 +109,11 @@ def iter_batches(
     pack: bool = False,
     max_seq_len: int | None = None,
     mask_dtype: torch.dtype | None = None,
+    pad_to_multiple_of: int = 1,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield `collate`d batches of `batch_size` examples, in an order fixed by (seed, epoch) (a
     permutation from numpy's PCG64 seeded with [seed, epoch]; file order when not shuffle). The last,
-    partial batch is kept. `pack`, `max_seq_len`, `mask_dtype` are passed to `collate` (with pack, each
+    partial batch is kept. `pack`, `max_seq_len`, `mask_dtype`, `pad_to_multiple_of` are passed to `collate` (with pack, each
     batch's `batch_size` examples become as many rows as needed).
 
     Raises:
@@ -128,7 +129,8 @@ def iter_batches(
         order = np.arange(n)
     for start in range(0, n, batch_size):
         batch = [dataset.examples[int(i)] for i in order[start:start + batch_size]]
-        yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype)
+        yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype,
+                      pad_to_multiple_of=pad_to_multiple_of)
 
 
 def sniff_format(path: str | os.PathLike[str], *, limits: ValidationLimits | None = None,

@@ -71,15 +71,24 @@ def shape_folder(name: str, tmp: Path) -> Path:
 
 
 class SavedBytes:
-    """Counts bytes of tensors autograd saves for backward (the activation memory of a step)."""
+    """Bytes of the distinct storages autograd saves for backward (the activation memory of a step).
+
+    The pack hook returns a detached alias: returning the tensor itself makes a saved output hold its
+    own grad_fn, a reference cycle through the C++ graph that Python's gc cannot free (every hooked
+    step then leaked its whole graph)."""
 
     def __init__(self):
-        self.bytes = 0
+        self.storages: dict[int, int] = {}
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
 
     def __enter__(self):
         def pack(t):
-            self.bytes += t.numel() * t.element_size()
-            return t
+            storage = t.untyped_storage()
+            self.storages[storage.data_ptr()] = storage.nbytes()
+            return t.detach()
 
         self._ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
         self._ctx.__enter__()
@@ -107,7 +116,7 @@ def measure(fn, device, warmup: int, steps: int) -> tuple[float, float, float]:
         times.append(time.perf_counter() - t0)
     peak = peak_mib(device)
     saved = 0.0
-    for _ in range(steps):  # untimed: the hooks keep references that change the allocator's peak
+    for _ in range(steps):  # untimed, after the peak is read
         with SavedBytes() as sb:
             fn()
         saved = max(saved, sb.bytes / MIB)

@@ -59,6 +59,9 @@ def test_history_has_one_row_per_step_with_the_scheduled_layers(tmp_path):
         assert len(r["grad_norm"]) == NUM_LAYERS and len(r["update_norm"]) == NUM_LAYERS
         assert all((g is None) == (i not in r["selected"]) for i, g in enumerate(r["grad_norm"]))
         assert r["grad_norm"][r["selected"][0]] > 0
+        assert r["update_norm"][r["selected"][0]] > 0  # the optimizer holds every layer from step 0
+    assert all(r["update_norm"][i] > 0 for r in rows[1:] for i in range(NUM_LAYERS))  # momentum moves the rest
+    assert len(t.optimizer.param_groups[0]["params"]) == sum(len(v) for v in t.selective.params_by_layer.values())
     assert summary["steps"] == 8 and summary["eval_loss_before"] is not None
     assert (t.files.plots / "loss.png").stat().st_size > 1000
     assert (t.files.plots / "selection_heatmap.png").stat().st_size > 1000

@@ -111,7 +111,9 @@ class DataSettings:
     """Training data: a JSONL (chat, prompt-completion or text) or .txt file; `validation_file` for
     periodic eval; `max_seq_len` in tokens; `train_on_inputs` puts the loss on prompt tokens too;
     `pad_to_multiple_of` rounds each batch's padded length up (tokens), so the number of distinct
-    batch shapes stays small (CPU kernel caches grow by one entry per new shape)."""
+    batch shapes stays small (CPU kernel caches grow by one entry per new shape); `pack` places each
+    batch's examples into rows of up to `max_seq_len` tokens with a block-diagonal attention mask
+    (no attention across examples) instead of padding them."""
 
     train_file: str = ""
     validation_file: str | None = None
@@ -121,6 +123,7 @@ class DataSettings:
     min_examples: int = 10
     max_eval_examples: int | None = None
     pad_to_multiple_of: int = 64
+    pack: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(self.train_file), "data.train_file", "is required")

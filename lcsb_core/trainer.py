@@ -86,7 +86,8 @@ class Trainer:
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
         stream = (b for epoch in itertools.count() for b in iter_batches(
             self.train_dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch, pad_token_id=pad_id,
-            pad_to_multiple_of=self.config.data.pad_to_multiple_of))
+            pad_to_multiple_of=self.config.data.pad_to_multiple_of, pack=self.config.data.pack,
+            max_seq_len=self.config.data.max_seq_len))
         skip = start_step * self.config.gradient_accumulation_steps
         for batch in itertools.islice(stream, skip, None):
             yield {k: v.to(self.device) for k, v in batch.items()}

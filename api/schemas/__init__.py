@@ -1,0 +1,1 @@
+"""Request and response bodies (pydantic v2), in the shapes of OpenAI's API plus this service's fields."""

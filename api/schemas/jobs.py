@@ -1,0 +1,159 @@
+"""Fine-tuning job bodies: the create request (OpenAI fields plus LoRA/quantization/LCSB settings under
+`method`) and the `fine_tuning.job` object (plus progress, memory estimate and queue)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lcsb_core.config import LORA_TARGETS_ALL, LR_SCHEDULES, QUANTIZATIONS
+from lcsb_core.schedules import SCHEDULES
+from lcsb_service.ids import unix
+from lcsb_service.models import Job
+
+Auto = Literal["auto"]
+Strict = ConfigDict(extra="forbid")
+
+
+class Hyperparameters(BaseModel):
+    """OpenAI's three (each may be "auto") plus optional explicit optimizer settings."""
+
+    model_config = Strict
+    n_epochs: Auto | Annotated[int, Field(ge=1, le=100)] | None = None
+    batch_size: Auto | Annotated[int, Field(ge=1, le=512)] | None = None
+    learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=100)] | None = None
+    learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
+    max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
+    weight_decay: Annotated[float, Field(ge=0, le=1)] | None = None
+    lr_schedule: Literal[LR_SCHEDULES] | None = None  # type: ignore[valid-type]
+
+
+class SupervisedMethod(BaseModel):
+    model_config = Strict
+    hyperparameters: Hyperparameters | None = None
+
+
+class LoraMethod(BaseModel):
+    """LoRA: rank r, alpha (scale alpha/r), dropout on the adapter input, projections to adapt."""
+
+    model_config = Strict
+    rank: int = Field(default=16, ge=1, le=1024)
+    alpha: float = Field(default=32.0, gt=0, le=10_000)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[Literal[LORA_TARGETS_ALL]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(LORA_TARGETS_ALL), min_length=1, max_length=7)
+
+
+class LCSBMethod(BaseModel):
+    """Layer-Cyclic Selective Backpropagation: `k` layers per step or a `fraction` of them (default a
+    quarter), the schedule, momentum updates of skipped layers, gradient checkpointing."""
+
+    model_config = Strict
+    schedule: Literal[SCHEDULES] = "cyclic"  # type: ignore[valid-type]
+    k: int | None = Field(default=None, ge=1, le=1024)
+    fraction: float | None = Field(default=None, gt=0, le=1)
+    momentum_for_skipped: bool = True
+    gradient_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _one_of(self) -> LCSBMethod:
+        if self.k is not None and self.fraction is not None:
+            raise ValueError("give k or fraction, not both")
+        return self
+
+
+class Method(BaseModel):
+    """`type` must be `supervised`; the rest are this service's training settings."""
+
+    model_config = Strict
+    type: Literal["supervised"] = "supervised"
+    supervised: SupervisedMethod | None = None
+    lora: LoraMethod = Field(default_factory=LoraMethod)
+    quantization: Literal[QUANTIZATIONS] = "nf4"  # type: ignore[valid-type]
+    lcsb: LCSBMethod = Field(default_factory=LCSBMethod)
+    max_seq_len: int | None = Field(default=None, ge=16, le=131072)
+    train_on_inputs: bool = False
+    eval_every: int = Field(default=0, ge=0, le=10_000_000)
+    save_every: int = Field(default=0, ge=0, le=10_000_000)
+
+
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters
+MetadataKey = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)]
+MetadataValue = Annotated[str, Field(max_length=512, pattern=NO_NUL)]
+
+
+class JobCreate(BaseModel):
+    """`POST /v1/fine_tuning/jobs`."""
+
+    model_config = Strict
+    model: str = Field(min_length=1, max_length=200)
+    training_file: str = Field(min_length=1, max_length=64)
+    validation_file: str | None = Field(default=None, max_length=64)
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    suffix: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_.-]*$")
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=16)
+    hyperparameters: Hyperparameters | None = None
+    method: Method | None = None
+    integrations: list[dict[str, Any]] | None = Field(default=None, max_length=0,
+                                                      description="not supported: must be empty")
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class Progress(BaseModel):
+    """Optimizer steps done / planned, the training process's peak memory (MiB) so far, last heartbeat."""
+
+    steps_completed: int
+    total_steps: int | None = None
+    percent: float | None = None
+    peak_memory_mib: float | None = None
+    heartbeat_at: int | None = None
+
+
+class JobObject(BaseModel):
+    """OpenAI's `fine_tuning.job` plus `progress`, `memory_estimate` (MiB, by component) and `queue`."""
+
+    id: str
+    object: Literal["fine_tuning.job"] = "fine_tuning.job"
+    created_at: int
+    error: JobError | None = None
+    fine_tuned_model: str | None = None
+    finished_at: int | None = None
+    hyperparameters: dict[str, Any]
+    model: str
+    organization_id: str
+    result_files: list[str]
+    seed: int
+    status: Literal["validating_files", "queued", "running", "succeeded", "failed", "cancelled"]
+    trained_tokens: int | None = None
+    training_file: str
+    validation_file: str | None = None
+    estimated_finish: int | None = None
+    integrations: list[dict[str, Any]] = Field(default_factory=list)
+    metadata: dict[str, str] | None = None
+    method: dict[str, Any]
+    user_provided_suffix: str | None = None
+    progress: Progress
+    memory_estimate: dict[str, Any]
+    queue: str
+
+    @classmethod
+    def of(cls, job: Job) -> JobObject:
+        error = JobError(code=job.error_code, message=job.error_message or "", param=job.error_param) \
+            if job.error_code else None
+        percent = round(100 * job.steps_completed / job.total_steps, 1) if job.total_steps else None
+        return cls(
+            id=job.id, created_at=unix(job.created_at), error=error, fine_tuned_model=job.fine_tuned_model,
+            finished_at=unix(job.finished_at), hyperparameters=job.hyperparameters, model=job.model,
+            organization_id=job.owner_id, result_files=list(job.result_files or []), seed=job.seed, status=job.status,
+            trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,
+            estimated_finish=unix(job.estimated_finish), metadata=job.metadata_, method=job.method,
+            user_provided_suffix=job.suffix, memory_estimate=job.memory_estimate, queue=job.queue,
+            progress=Progress(steps_completed=job.steps_completed, total_steps=job.total_steps, percent=percent,
+                              peak_memory_mib=job.peak_memory_mib, heartbeat_at=unix(job.heartbeat_at)))

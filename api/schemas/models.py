@@ -1,0 +1,31 @@
+"""Base models (OpenAI `model` objects plus layer count, parameter count and limits) and health."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class ModelObject(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    num_layers: int
+    num_parameters: int
+    max_seq_len: int
+    architectures: list[str]
+    quantizations: list[str]
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelObject]
+
+
+class Health(BaseModel):
+    """`status` is `ok` when every check is `ok`; a failed check holds its error message."""
+
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str]

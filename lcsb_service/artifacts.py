@@ -1,0 +1,87 @@
+"""Publish a run's outputs (the trainer's run folder, see `lcsb_core.run_files`) to storage and record
+them, for the worker (and for tests standing in for it). Nothing here commits.
+
+    publish_checkpoint(session, storage, job_id=..., step=200, folder=run/"checkpoints/step-000200",
+                       fine_tuned_model="ft:...", metrics={"step": 200, "train_loss": 1.1})
+    result_files = publish_run(session, storage, job_id=..., owner_id=..., run_dir=run)
+
+Adapters are stored as `.tar.gz` of the PEFT folder (adapter_config.json + adapter_model.safetensors;
+a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Each file of a run becomes an
+`Artifact` row named by its path in the run folder.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from lcsb_service.files import register_result_file
+from lcsb_service.ids import new_id, utcnow
+from lcsb_service.models import Artifact, Checkpoint
+from lcsb_service.storage import Storage
+
+EXCLUDED = {"trainer_state.pt"}
+CONTENT_TYPES = {".gz": "application/gzip", ".jsonl": "application/x-ndjson", ".csv": "text/csv",
+                 ".json": "application/json", ".png": "image/png"}
+RUN_FILES = {"selection_history.jsonl": "selection_history", "metrics.csv": "metrics", "metrics.jsonl": "metrics",
+             "summary.json": "summary", "config.json": "config"}
+
+
+def _archive(folder: Path, key: str, storage: Storage, arcname: str = "adapter") -> int:
+    """Store `folder` (minus EXCLUDED) as a gzipped tar under `key`; returns its size in bytes."""
+    with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
+        with tarfile.open(tmp.name, "w:gz") as tar:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and path.name not in EXCLUDED:
+                    tar.add(path, arcname=f"{arcname}/{path.relative_to(folder).as_posix()}")
+        return storage.put_file(tmp.name, key)
+
+
+def publish_checkpoint(session: Session, storage: Storage, *, job_id: str, step: int, folder: str | Path,
+                       fine_tuned_model: str, metrics: dict[str, Any] | None = None) -> Checkpoint:
+    """Upload a checkpoint's adapter and add its `Checkpoint` row (OpenAI `fine_tuning.job.checkpoint`);
+    `fine_tuned_model` is the job's final adapter name, suffixed here with `:ckpt-step-<N>`."""
+    key = f"jobs/{job_id}/checkpoints/step-{step:06d}/adapter.tar.gz"
+    size = _archive(Path(folder), key, storage, arcname=f"step-{step}")
+    row = Checkpoint(id=new_id("ftckpt"), job_id=job_id, step_number=step, metrics=metrics,
+                     fine_tuned_model_checkpoint=f"{fine_tuned_model}:ckpt-step-{step}", storage_key=key,
+                     bytes=size, created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row
+
+
+def _add_artifact(session: Session, job_id: str, name: str, kind: str, key: str, size: int) -> Artifact:
+    session.execute(delete(Artifact).where(Artifact.job_id == job_id, Artifact.name == name))
+    row = Artifact(job_id=job_id, name=name, kind=kind, storage_key=key, bytes=size, created_at=utcnow(),
+                   content_type=CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream"))
+    session.add(row)
+    return row
+
+
+def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: str, run_dir: str | Path) -> list[str]:
+    """Upload a finished run's adapter, selection history, metrics, summary, config and plots as
+    artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`)."""
+    run = Path(run_dir)
+    prefix = f"jobs/{job_id}"
+    if (run / "adapter").is_dir():
+        size = _archive(run / "adapter", f"{prefix}/adapter.tar.gz", storage)
+        _add_artifact(session, job_id, "adapter.tar.gz", "adapter", f"{prefix}/adapter.tar.gz", size)
+    for name, kind in RUN_FILES.items():
+        if (run / name).is_file():
+            size = storage.put_file(run / name, f"{prefix}/{name}")
+            _add_artifact(session, job_id, name, kind, f"{prefix}/{name}", size)
+    for plot in sorted((run / "plots").glob("*.png")) if (run / "plots").is_dir() else []:
+        name = f"plots/{plot.name}"
+        _add_artifact(session, job_id, name, "plot", f"{prefix}/{name}", storage.put_file(plot, f"{prefix}/{name}"))
+    session.flush()
+    result_files = []
+    if (run / "metrics.csv").is_file():
+        result_files.append(register_result_file(session, storage, owner_id=owner_id, job_id=job_id,
+                                                 local_path=run / "metrics.csv", filename=f"{job_id}-metrics.csv").id)
+    return result_files

@@ -1,0 +1,101 @@
+"""Base models this installation can train: every sub-folder of `Settings.resolved_model_dirs` that
+holds a Hugging Face `config.json` of a supported decoder (Llama/Qwen2/Gemma-style) and a
+`tokenizer.json`. Read from the files only (no torch): layer count, parameter count and limits.
+
+    models = list_models(settings.resolved_model_dirs)
+    info = find_model(settings.resolved_model_dirs, "SmolLM2-135M-Instruct")   # or None
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lcsb_core.config import QUANTIZATIONS
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a folder name, never a path
+REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One trainable base model. `config` is its config.json; `checkpoint_bytes` the size of its weight
+    files; `max_seq_len` its context length (tokens)."""
+
+    name: str
+    path: Path
+    config: dict
+    checkpoint_bytes: int
+    created: int
+    architectures: list[str] = field(default_factory=list)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.config.get("max_position_embeddings") or 2048)
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameters of the decoder (attention + MLP projections, norms, embeddings, LM head)."""
+        c = self.config
+        h, i, L, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+        heads = c["num_attention_heads"]
+        kv = c.get("num_key_value_heads") or heads
+        hd = c.get("head_dim") or h // heads
+        attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+        mlp = 3 * h * i
+        embeddings = v * h * (1 if c.get("tie_word_embeddings", True) else 2)
+        return L * (attn + mlp + 2 * h) + h + embeddings
+
+
+def _read(folder: Path) -> ModelInfo | None:
+    config_path = folder / "config.json"
+    if not config_path.is_file() or not (folder / "tokenizer.json").is_file():
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or any(not isinstance(config.get(k), int) for k in REQUIRED_KEYS):
+        return None
+    weights = list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))
+    return ModelInfo(name=folder.name, path=folder, config=config,
+                     checkpoint_bytes=sum(f.stat().st_size for f in weights),
+                     created=int(config_path.stat().st_mtime), architectures=list(config.get("architectures") or []))
+
+
+def list_models(model_dirs: list[Path]) -> list[ModelInfo]:
+    """Trainable models under `model_dirs`, sorted by name (the first folder wins on a name clash)."""
+    found: dict[str, ModelInfo] = {}
+    for root in model_dirs:
+        if not root.is_dir():
+            continue
+        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+            info = _read(folder)
+            if info is not None and info.name not in found:
+                found[info.name] = info
+    return [found[k] for k in sorted(found)]
+
+
+def find_model(model_dirs: list[Path], name: str) -> ModelInfo | None:
+    """The model called `name`, or None."""
+    if not _MODEL_NAME.fullmatch(name or ""):
+        return None
+    for root in model_dirs:
+        info = _read(root / name)
+        if info is not None:
+            return info
+    return None
+
+
+def model_object(info: ModelInfo) -> dict:
+    """The OpenAI `model` object with this service's extra fields."""
+    return {"id": info.name, "object": "model", "created": info.created, "owned_by": "system",
+            "num_layers": info.num_layers, "num_parameters": info.num_parameters,
+            "max_seq_len": info.max_seq_len, "architectures": info.architectures,
+            "quantizations": list(QUANTIZATIONS)}

@@ -1,0 +1,75 @@
+"""How a committed job reaches a worker: the `Enqueuer` protocol.
+
+The API calls `enqueue(job_id, queue)` only after the job row is committed (`enqueue_after_commit`), so a
+worker never receives a job id it cannot read. The Celery implementation belongs to the worker package;
+until it exists jobs stay `queued`. `Settings.enqueuer` names the class to use ("module:Class", built
+with the settings as its only argument).
+
+    enqueuer = load_enqueuer(settings)
+    enqueue_after_commit(session, enqueuer, job.id, job.queue)   # sent once the commit succeeded
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Protocol, runtime_checkable
+
+from sqlalchemy.orm import Session
+
+from lcsb_service.db import after_commit
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Enqueuer(Protocol):
+    """Sends a job to the worker queue `queue`. Must be safe to call twice for one job (the worker's
+    `claim` makes the second delivery a no-op)."""
+
+    def enqueue(self, job_id: str, queue: str) -> None: ...
+
+
+class LoggingEnqueuer:
+    """Default until the worker lands: logs the job and leaves it `queued`."""
+
+    def __init__(self, settings: object | None = None) -> None:
+        self.settings = settings
+
+    def enqueue(self, job_id: str, queue: str) -> None:
+        log.info("job %s queued on %s (no worker enqueuer configured)", job_id, queue)
+
+
+class RecordingEnqueuer:
+    """Keeps the calls, for tests: `calls` is a list of (job_id, queue)."""
+
+    def __init__(self, settings: object | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def enqueue(self, job_id: str, queue: str) -> None:
+        self.calls.append((job_id, queue))
+
+
+def load_enqueuer(settings) -> Enqueuer:  # noqa: ANN001 - Settings (kept untyped: no import cycle)
+    """Build the class named by `settings.enqueuer` ("package.module:Class").
+
+    Raises:
+        ValueError: the name is malformed or does not name an Enqueuer.
+    """
+    module_name, _, attr = settings.enqueuer.partition(":")
+    if not attr:
+        raise ValueError(f"LCSB_ENQUEUER must look like 'package.module:Class', got {settings.enqueuer!r}")
+    instance = getattr(importlib.import_module(module_name), attr)(settings)
+    if not isinstance(instance, Enqueuer):
+        raise ValueError(f"{settings.enqueuer} has no enqueue(job_id, queue) method")
+    return instance
+
+
+def enqueue_after_commit(session: Session, enqueuer: Enqueuer, job_id: str, queue: str) -> None:
+    """Send (job_id, queue) once the session has committed. A broker failure then is logged, not raised:
+    the job row exists and stays `queued` (a sweeper can send it again)."""
+
+    def send() -> None:
+        enqueuer.enqueue(job_id, queue)
+
+    after_commit(session, send)

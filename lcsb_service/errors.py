@@ -1,0 +1,71 @@
+"""Typed domain errors. Each carries an HTTP status, an OpenAI error `type`, a machine-readable `code`
+and the request `param` it concerns; the API turns any of them into
+
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+with one exception handler (`api/errors.py`). Service code raises these; routes never build HTTP
+errors by hand.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base class: `status` (HTTP), `type` (OpenAI error type), `code`, `param`."""
+
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def to_body(self) -> dict:
+        """The OpenAI error body."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(ServiceError):
+    """A parameter is missing, malformed or out of range (400)."""
+
+    status, type, code = 400, "invalid_request_error", "invalid_request"
+
+
+class AuthenticationFailed(ServiceError):
+    """No API key or an unknown/revoked one (401)."""
+
+    status, type, code = 401, "authentication_error", "invalid_api_key"
+
+
+class NotFound(ServiceError):
+    """No such object for this owner; another owner's object is reported the same way (404)."""
+
+    status, type, code = 404, "invalid_request_error", "not_found"
+
+
+class Conflict(ServiceError):
+    """The object's state does not allow the operation (409)."""
+
+    status, type, code = 409, "invalid_request_error", "conflict"
+
+
+class PayloadTooLarge(ServiceError):
+    """An upload is larger than the configured cap (413)."""
+
+    status, type, code = 413, "invalid_request_error", "file_too_large"
+
+
+class Unprocessable(ServiceError):
+    """The request is valid but cannot be served, e.g. no worker class can hold the job (422)."""
+
+    status, type, code = 422, "invalid_request_error", "unprocessable"
+
+
+class Unavailable(ServiceError):
+    """A dependency (database, broker, storage) is unreachable (503)."""
+
+    status, type, code = 503, "server_error", "unavailable"

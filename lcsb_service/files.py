@@ -1,0 +1,100 @@
+"""Dataset files: stream an upload into storage with a size cap, hash it, validate it with the trainer
+core's validator, and record it; register result files written by a job.
+
+Validation at upload is structural (no tokenizer: the API process loads no model and no torch): format,
+roles, lines, duplicates, example count. Token statistics need the base model's tokenizer and chat
+template, so the worker measures them (same validator, with the tokenizer) before training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import BinaryIO
+
+from sqlalchemy.orm import Session
+
+from lcsb_core.data.limits import ValidationLimits
+from lcsb_core.data.validator import validate_file
+from lcsb_service.errors import InvalidRequest, PayloadTooLarge
+from lcsb_service.ids import new_id, utcnow
+from lcsb_service.models import File
+from lcsb_service.settings import Settings
+from lcsb_service.storage import Storage
+
+FINE_TUNE, RESULTS = "fine-tune", "fine-tune-results"
+UPLOAD_SUFFIXES = (".jsonl", ".json", ".txt", ".text")
+
+
+def _copy_capped(src: BinaryIO, storage: Storage, key: str, cap: int, chunk_bytes: int) -> tuple[int, str]:
+    """Copy `src` to `key` in chunks; returns (bytes, sha256 hex). Removes the partial object and raises
+    PayloadTooLarge once more than `cap` bytes were read."""
+    digest, total = hashlib.sha256(), 0
+    try:
+        with storage.open(key, "wb") as dst:
+            while chunk := src.read(chunk_bytes):
+                total += len(chunk)
+                if total > cap:
+                    raise PayloadTooLarge(f"the file is larger than the upload limit of {cap:,} bytes", param="file")
+                digest.update(chunk)
+                dst.write(chunk)
+    except BaseException:
+        storage.delete(key)
+        raise
+    return total, digest.hexdigest()
+
+
+def store_upload(session: Session, storage: Storage, settings: Settings, *, owner_id: str, filename: str,
+                 purpose: str, stream: BinaryIO) -> File:
+    """Stream an uploaded dataset to storage, validate it and add its row (flushed, not committed).
+
+    A file that fails validation is still stored, with status `error`, `status_details` naming the
+    first bad lines, and the full report in `validation`; jobs refuse it.
+
+    Raises:
+        InvalidRequest: purpose other than `fine-tune`, or a file name without a dataset suffix.
+        PayloadTooLarge: more than `settings.max_upload_bytes` bytes.
+    """
+    if purpose != FINE_TUNE:
+        raise InvalidRequest(f"purpose must be '{FINE_TUNE}', got {purpose!r}", code="invalid_purpose",
+                             param="purpose")
+    name = Path(filename or "").name
+    if not name or Path(name).suffix.lower() not in UPLOAD_SUFFIXES or not name.isprintable() or len(name) > 255:
+        raise InvalidRequest(f"the file name must be printable, at most 255 characters, and end in one of "
+                             f"{', '.join(UPLOAD_SUFFIXES)}; got {filename!r}",
+                             code="invalid_file_name", param="file")
+    file_id = new_id("file")
+    key = f"files/{file_id}"
+    size, sha = _copy_capped(stream, storage, key, settings.max_upload_bytes, settings.upload_chunk_bytes)
+    limits = ValidationLimits(max_bytes=settings.max_upload_bytes, min_examples=settings.min_examples)
+    kind = "txt" if Path(name).suffix.lower() in (".txt", ".text") else "jsonl"
+    with storage.local_copy(key) as local:
+        report = validate_file(local, limits=limits, file_type=kind)
+    validation = report.to_dict()
+    validation["path"] = name  # never expose the storage path
+    row = File(id=file_id, owner_id=owner_id, filename=name, purpose=purpose, bytes=size, sha256=sha,
+               status="processed" if report.ok else "error",
+               status_details=None if report.ok else report.summary().replace(str(local), name),
+               validation=validation, storage_key=key, created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row
+
+
+def register_result_file(session: Session, storage: Storage, *, owner_id: str, job_id: str,
+                         local_path: str | Path, filename: str | None = None) -> File:
+    """Store a job's result file (e.g. its metrics CSV) as an owner-visible file of purpose
+    `fine-tune-results` (the job's `result_files`); flushed, not committed."""
+    local_path = Path(local_path)
+    file_id = new_id("file")
+    key = f"jobs/{job_id}/results/{file_id}"
+    digest = hashlib.sha256()
+    with open(local_path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    size = storage.put_file(local_path, key)
+    row = File(id=file_id, owner_id=owner_id, filename=filename or local_path.name, purpose=RESULTS, bytes=size,
+               sha256=digest.hexdigest(), status="processed", storage_key=key, created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return row

@@ -1,0 +1,106 @@
+"""Create fine-tuning jobs: check the files and the model, build the spec (`jobspec`), insert the row
+`queued` with its first events, and send it to its queue after the commit. Idempotent per
+(owner, `Idempotency-Key`): the same key with the same body returns the first job; with a different
+body it is refused (409).
+
+    job, created = create_job(session, settings, enqueuer, owner_id=..., request=body, idempotency_key=k)
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from lcsb_service.catalog import find_model
+from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
+from lcsb_service.errors import Conflict, InvalidRequest
+from lcsb_service.events import add_event
+from lcsb_service.files import FINE_TUNE
+from lcsb_service.ids import looks_like_id, new_id, utcnow
+from lcsb_service.jobspec import build_spec, request_hash
+from lcsb_service.models import QUEUED, File, Job
+from lcsb_service.settings import Settings
+
+
+def usable_file(session: Session, owner_id: str, file_id: str, param: str) -> File:
+    """The owner's dataset `file_id`, validated and of purpose fine-tune.
+
+    Raises:
+        InvalidRequest: unknown or foreign id (`file_not_found`), wrong purpose, or a file that failed
+            validation (`invalid_file`, with the validator's summary).
+    """
+    row = session.get(File, file_id) if looks_like_id(file_id) else None
+    if row is None or row.owner_id != owner_id:
+        raise InvalidRequest(f"{param}: no such file {file_id!r}", code="file_not_found", param=param)
+    if row.purpose != FINE_TUNE:
+        raise InvalidRequest(f"{param}: file {file_id} has purpose {row.purpose!r}, not {FINE_TUNE!r}",
+                             code="invalid_file", param=param)
+    if row.status != "processed":
+        raise InvalidRequest(f"{param}: file {file_id} failed validation: {row.status_details}",
+                             code="invalid_file", param=param)
+    return row
+
+
+def _existing(session: Session, owner_id: str, key: str, digest: str) -> Job | None:
+    job = session.execute(select(Job).where(Job.owner_id == owner_id, Job.idempotency_key == key)).scalar_one_or_none()
+    if job is not None and job.request_hash != digest:
+        raise Conflict("this Idempotency-Key was used with a different request body", code="idempotency_key_reused",
+                       param="Idempotency-Key")
+    return job
+
+
+def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owner_id: str,
+               request: dict[str, Any], idempotency_key: str | None = None) -> tuple[Job, bool]:
+    """Create (or, for a repeated idempotency key, return) a job. `request` is the create body as plain
+    JSON data. Returns (job, created). The caller commits; the job is enqueued after that commit.
+
+    Raises:
+        InvalidRequest: unknown model, unusable file, out-of-range values (400).
+        Unprocessable: no worker class can hold the estimated peak memory (422).
+        Conflict: the idempotency key was used with another body (409).
+    """
+    digest = request_hash(request)
+    if idempotency_key and (job := _existing(session, owner_id, idempotency_key, digest)) is not None:
+        return job, False
+    model = find_model(settings.resolved_model_dirs, request["model"])
+    if model is None:
+        raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
+                             code="model_not_found", param="model")
+    train = usable_file(session, owner_id, request["training_file"], "training_file")
+    if request.get("validation_file"):
+        usable_file(session, owner_id, request["validation_file"], "validation_file")
+    if request.get("integrations"):
+        raise InvalidRequest("integrations are not supported", param="integrations")
+    job_id = new_id("ftjob")
+    seed = request.get("seed")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    spec = build_spec({**request, "seed": seed}, model, settings, job_id)
+    now = utcnow()
+    job = Job(id=job_id, owner_id=owner_id, model=model.name, training_file=train.id,
+              validation_file=request.get("validation_file"), status=QUEUED, seed=seed, suffix=request.get("suffix"),
+              metadata_=request.get("metadata"), hyperparameters=spec.hyperparameters, method=spec.method,
+              train_config=spec.train_config, memory_estimate=spec.memory_estimate, queue=spec.queue,
+              idempotency_key=idempotency_key, request_hash=digest, result_files=[], steps_completed=0,
+              created_at=now, updated_at=now)
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:  # a concurrent request with the same idempotency key won the insert
+        session.rollback()
+        existing = _existing(session, owner_id, idempotency_key or "", digest) if idempotency_key else None
+        if existing is None:
+            raise
+        return existing, False
+    add_event(session, job_id, f"Created fine-tuning job: {job_id}")
+    add_event(session, job_id, f"Validated training file: {train.id} ({train.validation['valid_examples']} "
+              f"examples, format {train.validation['format']})" if train.validation else
+              f"Validated training file: {train.id}")
+    est = spec.memory_estimate
+    add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: estimated peak memory "
+              f"{est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)", data={"memory_estimate": est})
+    enqueue_after_commit(session, enqueuer, job_id, spec.queue)
+    return job, True

@@ -1,0 +1,212 @@
+"""Turn a job request (OpenAI fields + this service's `method` settings) into the trainer's
+`TrainConfig` input, resolve "auto" hyperparameters, estimate peak memory and pick a worker queue.
+
+Mapping (API -> TrainConfig):
+    model                                  -> model.name_or_path (a folder name in the model catalog)
+    training_file / validation_file        -> data.train_file / data.validation_file (file ids here;
+                                              the worker substitutes local paths: `train_config_for`)
+    seed                                   -> seed
+    hyperparameters.n_epochs ("auto": Settings.default_epochs)          -> epochs
+    hyperparameters.batch_size ("auto": Settings.default_batch_size)   -> batch_size
+    hyperparameters.learning_rate_multiplier ("auto": 1) x Settings.base_learning_rate, or
+    hyperparameters.learning_rate                                       -> optim.learning_rate
+    hyperparameters.max_steps / warmup_steps / weight_decay / lr_schedule -> max_steps / optim.*
+    method.lora.{rank, alpha, dropout, target_modules}                  -> lora.*
+    method.quantization                                                 -> model.quantization
+    method.lcsb.{schedule, k, fraction, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
+    method.max_seq_len (default min(512, the model's context)), method.train_on_inputs -> data.*
+    method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lcsb_core.config import TrainConfig
+from lcsb_core.errors import ConfigError
+from lcsb_core.memory import estimate_peak_mib
+from lcsb_core.schedules import resolve_k
+from lcsb_service.catalog import ModelInfo
+from lcsb_service.errors import InvalidRequest, Unprocessable
+from lcsb_service.settings import Settings
+
+DEFAULT_MAX_SEQ_LEN = 512
+_PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method", "lora": "method.lora",
+                     "lcsb": "method.lcsb", "optim": "hyperparameters", "model.quantization": "method.quantization",
+                     "batch_size": "hyperparameters.batch_size", "epochs": "hyperparameters.n_epochs",
+                     "max_steps": "hyperparameters.max_steps"}
+
+
+@dataclass
+class JobSpec:
+    """What the API stores on a new job."""
+
+    train_config: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    method: dict[str, Any]
+    memory_estimate: dict[str, Any]
+    queue: str
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a request body (idempotency: same key, same body)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _request_error(exc: ConfigError) -> InvalidRequest:
+    """The trainer's ConfigError ("lora.rank: must be ...") restated with the request's field name."""
+    message = str(exc)
+    match = re.match(r"[A-Za-z_][\w.]*", message)
+    field = match.group(0) if match else ""
+    for prefix in sorted(_PARAM_OF_SECTION, key=len, reverse=True):
+        if field == prefix or field.startswith(prefix + "."):
+            param = _PARAM_OF_SECTION[prefix] + field[len(prefix):]
+            return InvalidRequest(param + message[len(field):], code="invalid_hyperparameters", param=param)
+    return InvalidRequest(message, code="invalid_hyperparameters")
+
+
+def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters from the top level or from `method.supervised.hyperparameters` (not both).
+
+    Raises:
+        InvalidRequest: both places are set.
+    """
+    top = {k: v for k, v in (request.get("hyperparameters") or {}).items() if v is not None}
+    supervised = ((request.get("method") or {}).get("supervised") or {}).get("hyperparameters") or {}
+    nested = {k: v for k, v in supervised.items() if v is not None}
+    if top and nested:
+        raise InvalidRequest("give hyperparameters either at the top level or in method.supervised, not both",
+                             param="hyperparameters")
+    return top or nested
+
+
+def _or_default(hp: dict[str, Any], name: str, default: Any) -> Any:
+    value = hp.get(name, "auto")
+    return default if value == "auto" else value
+
+
+def resolve_hyperparameters(hp: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Replace "auto" and missing values by the service defaults.
+
+    Raises:
+        InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
+    """
+    mult, lr = hp.get("learning_rate_multiplier", "auto"), hp.get("learning_rate")
+    if lr is not None and mult != "auto":
+        raise InvalidRequest("give learning_rate or learning_rate_multiplier, not both",
+                             param="hyperparameters.learning_rate")
+    if lr is None:
+        mult = 1.0 if mult == "auto" else float(mult)
+        lr = settings.base_learning_rate * mult
+    else:
+        mult = lr / settings.base_learning_rate
+    return {"n_epochs": int(_or_default(hp, "n_epochs", settings.default_epochs)),
+            "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
+            "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),
+            "warmup_steps": hp.get("warmup_steps", 0), "weight_decay": hp.get("weight_decay", 0.01),
+            "lr_schedule": hp.get("lr_schedule", "linear")}
+
+
+def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str) -> JobSpec:
+    """Validate a job request against the model and the trainer's config; estimate memory; route it.
+
+    Raises:
+        InvalidRequest: a value the trainer refuses (the param names the request field).
+        Unprocessable: no worker class has enough memory (code `insufficient_memory`).
+    """
+    method = request.get("method") or {}
+    hp = resolve_hyperparameters(merged_hyperparameters(request), settings)
+    lcsb = dict(method.get("lcsb") or {})
+    max_seq_len = method.get("max_seq_len") or min(DEFAULT_MAX_SEQ_LEN, model.max_seq_len)
+    if max_seq_len > model.max_seq_len:
+        raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.max_seq_len} "
+                             "tokens", param="method.max_seq_len")
+    raw = {
+        "data": {"train_file": request["training_file"], "validation_file": request.get("validation_file"),
+                 "max_seq_len": max_seq_len, "train_on_inputs": bool(method.get("train_on_inputs", False)),
+                 "min_examples": settings.min_examples},
+        "model": {"name_or_path": model.name, "quantization": method.get("quantization") or "nf4"},
+        "lora": {k: v for k, v in (method.get("lora") or {}).items() if v is not None},
+        "lcsb": {k: v for k, v in lcsb.items() if v is not None},
+        "optim": {"learning_rate": hp["learning_rate"], "weight_decay": hp["weight_decay"],
+                  "warmup_steps": hp["warmup_steps"], "lr_schedule": hp["lr_schedule"]},
+        "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
+        "seed": request["seed"], "eval_every": method.get("eval_every") or 0,
+        "save_every": method.get("save_every") or 0, "output_dir": f"runs/{job_id}",
+    }
+    try:
+        cfg = TrainConfig.from_dict(raw)
+        k = None if cfg.lcsb.schedule == "full" else resolve_k(model.num_layers, cfg.lcsb.k, cfg.lcsb.fraction)
+    except ConfigError as exc:
+        raise _request_error(exc) from exc
+    estimate, queue = route(model, cfg, k, settings)
+    return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=describe_method(cfg, hp, k),
+                   memory_estimate=estimate, queue=queue)
+
+
+def describe_method(cfg: TrainConfig, hp: dict[str, Any], k: int | None) -> dict[str, Any]:
+    """The job's `method` as resolved: OpenAI's `supervised.hyperparameters` plus the LoRA,
+    quantization and LCSB settings the trainer will use (`lcsb.layers_per_step` is k resolved)."""
+    return {
+        "type": "supervised",
+        "supervised": {"hyperparameters": {name: hp[name] for name in
+                                           ("n_epochs", "batch_size", "learning_rate_multiplier")}},
+        "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
+                 "target_modules": list(cfg.lora.target_modules)},
+        "quantization": cfg.model.quantization,
+        "lcsb": {"schedule": cfg.lcsb.schedule, "k": cfg.lcsb.k, "fraction": cfg.lcsb.fraction,
+                 "layers_per_step": k, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
+                 "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
+        "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
+        "eval_every": cfg.eval_every, "save_every": cfg.save_every,
+    }
+
+
+def route(model: ModelInfo, cfg: TrainConfig, k: int | None, settings: Settings) -> tuple[dict[str, Any], str]:
+    """The smallest worker class whose memory cap holds the estimated peak x (1 + headroom).
+
+    Raises:
+        Unprocessable: none does (code `insufficient_memory`; the message gives the estimate).
+    """
+    best: dict[str, Any] | None = None
+    for wc in sorted(settings.worker_classes, key=lambda w: w.memory_mib):
+        est = estimate_peak_mib(model.config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
+                                target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
+                                seq_len=cfg.data.max_seq_len, k=k, schedule=cfg.lcsb.schedule,
+                                gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=wc.device,
+                                checkpoint_bytes=model.checkpoint_bytes)
+        summary = {**est.to_dict(), "k": k, "device": wc.device, "queue": wc.queue, "memory_cap_mib": wc.memory_mib,
+                   "required_mib": round(est.total_mib * (1 + settings.memory_headroom), 1)}
+        if summary["required_mib"] <= wc.memory_mib:
+            return summary, wc.queue
+        best = summary
+    caps = ", ".join(f"{w.queue}: {w.memory_mib} MiB" for w in settings.worker_classes)
+    need = best["required_mib"] if best else 0
+    raise Unprocessable(f"the job needs an estimated {need:.0f} MiB (peak {best['total_mib'] if best else 0:.0f} "
+                        f"MiB plus {settings.memory_headroom:.0%} headroom) but no worker class can hold it "
+                        f"({caps}); lower batch_size, max_seq_len, lcsb.k or lora.rank, or enable "
+                        "gradient_checkpointing", code="insufficient_memory")
+
+
+def fine_tuned_model_name(model: str, owner_name: str, suffix: str | None, job_id: str) -> str:
+    """OpenAI-style name of the trained adapter: `ft:<model>:<owner>:<suffix>:<job id>`."""
+    return f"ft:{model}:{owner_name}:{suffix or ''}:{job_id}"
+
+
+def train_config_for(job_config: dict[str, Any], *, model_path: str, train_path: str,
+                     validation_path: str | None, output_dir: str, device: str) -> TrainConfig:
+    """For the worker: the stored config with the base model's folder (`catalog.find_model(...).path`),
+    local file paths, its run folder and device filled in.
+
+    Raises:
+        ConfigError: the stored config no longer validates (e.g. after a trainer upgrade).
+    """
+    raw = json.loads(json.dumps(job_config))
+    raw["data"]["train_file"], raw["data"]["validation_file"] = train_path, validation_path
+    raw["output_dir"], raw["model"]["device"] = output_dir, device
+    raw["model"]["name_or_path"] = model_path
+    return TrainConfig.from_dict(raw)

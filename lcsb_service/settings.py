@@ -1,0 +1,97 @@
+"""One validated settings object for the API, the worker and the key command (pydantic-settings).
+
+Every value comes from an `LCSB_`-prefixed environment variable (or a `.env` file), e.g.
+
+    LCSB_ENVIRONMENT=production LCSB_SECRET_KEY=... \
+    LCSB_DATABASE_URL=postgresql+psycopg://lcsb@db/lcsb LCSB_BROKER_URL=redis://redis:6379/0 \
+    LCSB_STORAGE_URL=s3://bucket/lcsb \
+    LCSB_WORKER_CLASSES='[{"queue": "cpu-8g", "memory_mib": 8192, "device": "cpu"}]' \
+    uvicorn --factory api.main:create_app
+
+Nothing reads the environment at import time: build `Settings()` where the process starts.
+Outside `development` the default secret is refused (it peppers the API-key hashes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SECRET = "insecure-development-secret-change-me"
+
+
+class WorkerClass(BaseModel):
+    """A pool of workers consuming one queue: `memory_mib` is the memory cap of one training process
+    (MiB), `device` what they train on (`cpu` or `cuda`)."""
+
+    queue: str = Field(min_length=1, max_length=100)
+    memory_mib: int = Field(gt=0)
+    device: Literal["cpu", "cuda"] = "cpu"
+
+
+class Settings(BaseSettings):
+    """Service settings. Paths are relative to the working directory unless absolute.
+
+    Units: bytes for sizes, MiB for memory, seconds for durations.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="LCSB_", env_file=".env", extra="ignore")
+
+    environment: Literal["development", "test", "production"] = "development"
+    secret_key: SecretStr = SecretStr(DEFAULT_SECRET)
+    data_dir: Path = Path("var")
+    database_url: str | None = None          # default: sqlite:///<data_dir>/lcsb.sqlite3
+    storage_url: str | None = None           # fsspec URL; default: <data_dir>/storage
+    broker_url: str = "filesystem://"        # embedded default (no server); redis://... in production
+    broker_folder: Path | None = None        # filesystem broker's folder; default <data_dir>/broker
+
+    max_upload_bytes: int = Field(default=512 * 2**20, gt=0)
+    upload_chunk_bytes: int = Field(default=2**20, gt=0)
+    min_examples: int = Field(default=10, ge=1)
+
+    model_dirs: list[Path] = Field(default_factory=list)   # default: lcsb_core's model cache
+    worker_classes: list[WorkerClass] = Field(
+        default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")])
+    memory_headroom: float = Field(default=0.10, ge=0, le=1)   # estimate x (1 + headroom) must fit
+    base_learning_rate: float = Field(default=1e-4, gt=0, lt=1)
+    default_batch_size: int = Field(default=4, ge=1)
+    default_epochs: int = Field(default=1, ge=1)
+
+    sse_poll_interval_s: float = Field(default=1.0, gt=0)
+    sse_max_duration_s: float = Field(default=3600.0, gt=0)
+    enqueuer: str = "lcsb_service.enqueue:LoggingEnqueuer"   # import path of an Enqueuer class
+
+    @model_validator(mode="after")
+    def _refuse_default_secret(self) -> Settings:
+        if self.environment != "development" and self.secret_key.get_secret_value() == DEFAULT_SECRET:
+            raise ValueError(
+                f"LCSB_SECRET_KEY is the built-in default; set a secret in the {self.environment} environment")
+        if len(self.secret_key.get_secret_value()) < 16:
+            raise ValueError("LCSB_SECRET_KEY must be at least 16 characters")
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL (SQLite file under `data_dir` by default)."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'lcsb.sqlite3').as_posix()}"
+
+    @property
+    def resolved_storage_url(self) -> str:
+        """The fsspec URL of artifact storage (a local folder under `data_dir` by default)."""
+        return self.storage_url or str((self.data_dir / "storage").resolve())
+
+    @property
+    def resolved_model_dirs(self) -> list[Path]:
+        """Folders holding base models (one sub-folder per model)."""
+        if self.model_dirs:
+            return list(self.model_dirs)
+        from lcsb_core.models.gguf_import import model_cache_dir  # torch-free module
+
+        return [model_cache_dir()]
+
+    @property
+    def resolved_broker_folder(self) -> Path:
+        return self.broker_folder or self.data_dir / "broker"

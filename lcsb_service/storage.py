@@ -1,0 +1,98 @@
+"""Artifact storage on any fsspec filesystem (a local folder by default; `s3://bucket/prefix` etc. when
+the matching fsspec backend is installed). Objects are addressed by relative keys:
+
+    files/<file-id>                                  uploaded datasets
+    jobs/<job-id>/adapter.tar.gz, metrics.csv, ...   a run's outputs
+    jobs/<job-id>/checkpoints/step-<N>/adapter.tar.gz
+
+    storage = Storage(settings.resolved_storage_url)
+    with storage.open("files/file-abc", "wb") as f: f.write(chunk)
+    for chunk in storage.iter_bytes("files/file-abc"): ...
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+CHUNK_BYTES = 1 << 20
+
+
+class Storage:
+    """Keys under one fsspec root URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.fs, root = fsspec.core.url_to_fs(url)
+        self.root = root.rstrip("/")
+        if self.is_local:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def path(self, key: str) -> str:
+        """The filesystem path of `key` (keys never start with '/' nor contain '..')."""
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"invalid storage key {key!r}")
+        return f"{self.root}/{key}"
+
+    def open(self, key: str, mode: str = "rb") -> IO[bytes]:
+        """Open `key` for binary reading or writing (parent folders are created when writing)."""
+        path = self.path(key)
+        if "w" in mode and self.is_local:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return self.fs.open(path, mode)
+
+    def iter_bytes(self, key: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """Read `key` in chunks of `chunk_bytes` (flat memory)."""
+        with self.open(key, "rb") as fh:
+            while chunk := fh.read(chunk_bytes):
+                yield chunk
+
+    def put_file(self, local_path: str | Path, key: str) -> int:
+        """Copy a local file to `key`; returns its size in bytes."""
+        with open(local_path, "rb") as src, self.open(key, "wb") as dst:
+            shutil.copyfileobj(src, dst, CHUNK_BYTES)
+        return Path(local_path).stat().st_size
+
+    def size(self, key: str) -> int:
+        return int(self.fs.size(self.path(key)))
+
+    def exists(self, key: str) -> bool:
+        return bool(self.fs.exists(self.path(key)))
+
+    def delete(self, key: str) -> None:
+        """Remove `key` (a file or a folder of keys); a missing key is not an error."""
+        path = self.path(key)
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
+
+    @contextmanager
+    def local_copy(self, key: str) -> Iterator[Path]:
+        """A local path holding `key`'s bytes: the file itself on a local filesystem, else a temporary
+        download removed when the block ends."""
+        if self.is_local:
+            yield Path(self.path(key))
+            return
+        with tempfile.TemporaryDirectory(prefix="lcsb-") as tmp:
+            dest = Path(tmp) / Path(key).name
+            self.fs.get(self.path(key), str(dest))
+            yield dest
+
+    def ping(self) -> None:
+        """Check that the root is reachable (and writable when local). Raises: OSError."""
+        if self.is_local:
+            probe = Path(self.root) / ".healthz"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        else:
+            self.fs.ls(self.root)

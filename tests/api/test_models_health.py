@@ -1,0 +1,70 @@
+"""`/v1/models`, `/healthz` (database, broker, storage) and `/metrics` (Prometheus)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from lcsb_service.enqueue import RecordingEnqueuer
+from tests.api.helpers import assert_error, job_ok
+
+
+def test_models(client, alice):
+    data = client.get("/v1/models", headers=alice.headers).json()["data"]
+    by_id = {m["id"]: m for m in data}
+    assert set(by_id) == {"SmolLM2-135M-Instruct", "Giant-70B"}
+    smol = by_id["SmolLM2-135M-Instruct"]
+    assert smol["object"] == "model" and smol["num_layers"] == 30 and smol["max_seq_len"] == 8192
+    assert smol["num_parameters"] == 134_515_008  # SmolLM2-135M's published parameter count
+    assert "nf4" in smol["quantizations"]
+    assert client.get("/v1/models/Giant-70B", headers=alice.headers).json()["num_layers"] == 80
+    assert_error(client.get("/v1/models/nope", headers=alice.headers), 404, "model_not_found")
+    assert_error(client.get("/v1/models/..", headers=alice.headers), 404)
+
+
+def test_healthz_ok(client):
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok",
+                                                  "checks": {"database": "ok", "broker": "ok", "storage": "ok"}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_healthz_reports_an_unreachable_broker(settings):
+    broken = settings.model_copy(update={"broker_url": f"redis://127.0.0.1:{_free_port()}/0"})
+    app = create_app(broken, enqueuer=RecordingEnqueuer())
+    with TestClient(app) as c:
+        r = c.get("/healthz")
+    app.state.db.dispose()
+    assert r.status_code == 503 and r.json()["status"] == "unavailable"
+    assert r.json()["checks"]["broker"].startswith("error:") and r.json()["checks"]["database"] == "ok"
+
+
+def test_healthz_pings_redis(settings):
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+    except OSError:
+        pytest.skip("no Redis at 127.0.0.1:6379")
+    app = create_app(settings.model_copy(update={"broker_url": "redis://127.0.0.1:6379/0"}),
+                     enqueuer=RecordingEnqueuer())
+    with TestClient(app) as c:
+        assert c.get("/healthz").json()["checks"]["broker"] == "ok"
+    app.state.db.dispose()
+
+
+def test_metrics(client, alice):
+    job_ok(client, alice)
+    client.get("/v1/files", headers={"Authorization": "Bearer nope"})
+    text = client.get("/metrics").text
+    assert 'lcsb_http_requests_total{method="POST",route="/v1/fine_tuning/jobs",status="200"}' in text
+    assert 'lcsb_http_requests_total{method="GET",route="/v1/files",status="401"}' in text
+    assert "lcsb_upload_bytes_total" in text and 'lcsb_jobs_created_total{queue="cpu-4g"}' in text
+    assert 'lcsb_jobs{status="queued"}' in text
+    assert "lcsb_http_request_duration_seconds_bucket" in text

@@ -1,0 +1,90 @@
+"""Checkpoints and artifacts, published through `lcsb_service.artifacts` the way the worker will, then
+listed and downloaded through the API."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from lcsb_service import transitions
+from lcsb_service.artifacts import publish_checkpoint, publish_run
+from tests.api.helpers import assert_error, fake_run, job_ok
+
+
+@pytest.fixture
+def trained(client, alice, app, tmp_path) -> dict:
+    """A succeeded job with checkpoints at steps 2, 4, 6 and the run's outputs published."""
+    job = job_ok(client, alice)
+    run = fake_run(tmp_path, steps=(2, 4, 6))
+    storage = app.state.storage
+    with app.state.db.session() as s:
+        transitions.claim(s, job["id"])
+    for step in (2, 4, 6):
+        with app.state.db.session() as s:
+            publish_checkpoint(s, storage, job_id=job["id"], step=step, fine_tuned_model=f"ft:m:{alice.name}::x",
+                               folder=run / "checkpoints" / f"step-{step:06d}",
+                               metrics={"step": step, "train_loss": 3.0 - step / 10})
+    with app.state.db.session() as s:
+        result_files = publish_run(s, storage, job_id=job["id"], owner_id=alice.owner_id, run_dir=run)
+        transitions.finish(s, job["id"], fine_tuned_model="ft:final", trained_tokens=999, result_files=result_files)
+    return {"job": job, "run": run, "result_files": result_files}
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_checkpoints_pages_and_adapter_download(client, alice, trained):
+    job_id = trained["job"]["id"]
+    listed = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints", headers=alice.headers).json()
+    assert [c["step_number"] for c in listed["data"]] == [6, 4, 2] and not listed["has_more"]
+    first = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints?limit=2", headers=alice.headers).json()
+    rest = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints?limit=2&after={first['last_id']}",
+                      headers=alice.headers).json()
+    assert first["has_more"] and [c["step_number"] for c in rest["data"]] == [2] and not rest["has_more"]
+    ckpt = listed["data"][1]
+    assert ckpt["object"] == "fine_tuning.job.checkpoint" and ckpt["fine_tuning_job_id"] == job_id
+    assert ckpt["fine_tuned_model_checkpoint"].endswith(":ckpt-step-4") and ckpt["metrics"]["train_loss"] == 2.6
+    r = client.get(ckpt["download_url"], headers=alice.headers)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/gzip"
+    files = members(r.content)
+    assert set(files) == {"step-4/adapter_config.json", "step-4/adapter_model.safetensors"}  # no optimizer state
+    assert files["step-4/adapter_model.safetensors"] == b"weights-step-000004"
+    assert_error(client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints/ftckpt-nope/adapter",
+                            headers=alice.headers), 404, "checkpoint_not_found")
+
+
+def test_artifacts_and_result_files(client, alice, bob, trained):
+    job_id, run = trained["job"]["id"], trained["run"]
+    job = client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=alice.headers).json()
+    assert job["status"] == "succeeded" and job["fine_tuned_model"] == "ft:final" and job["trained_tokens"] == 999
+    assert job["result_files"] == trained["result_files"] and len(job["result_files"]) == 1
+    listed = client.get(f"/v1/fine_tuning/jobs/{job_id}/artifacts", headers=alice.headers).json()["data"]
+    names = {a["name"]: a for a in listed}
+    assert set(names) == {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "summary.json", "plots/loss.png"}
+    adapter = client.get(names["adapter.tar.gz"]["download_url"], headers=alice.headers)
+    assert set(members(adapter.content)) == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}
+    for name, path in [("selection_history.jsonl", "selection_history.jsonl"), ("metrics.csv", "metrics.csv"),
+                       ("plots/loss.png", "plots/loss.png")]:
+        r = client.get(f"/v1/fine_tuning/jobs/{job_id}/artifacts/{name}", headers=alice.headers)
+        assert r.status_code == 200 and r.content == (run / path).read_bytes()
+        assert r.headers["content-type"].startswith(names[name]["content_type"])
+        assert int(r.headers["content-length"]) == names[name]["bytes"]
+    result = client.get(f"/v1/files/{job['result_files'][0]}", headers=alice.headers).json()
+    assert result["purpose"] == "fine-tune-results" and result["filename"].endswith("metrics.csv")
+    content = client.get(f"/v1/files/{job['result_files'][0]}/content", headers=alice.headers).content
+    assert content == (run / "metrics.csv").read_bytes()
+    assert_error(client.get(f"/v1/fine_tuning/jobs/{job_id}/artifacts/nothing.bin", headers=alice.headers), 404,
+                 "artifact_not_found")
+    assert_error(client.get(f"/v1/fine_tuning/jobs/{job_id}/artifacts/metrics.csv", headers=bob.headers), 404)
+    assert_error(client.get(f"/v1/files/{job['result_files'][0]}/content", headers=bob.headers), 404)
+
+
+def test_no_outputs_before_training(client, alice):
+    job = job_ok(client, alice)
+    assert client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts", headers=alice.headers).json()["data"] == []
+    page = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=alice.headers).json()
+    assert page["data"] == [] and page["has_more"] is False

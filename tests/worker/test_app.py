@@ -1,0 +1,75 @@
+"""The Celery app's settings for long jobs, worker settings validation, and the import rules: the
+enqueuer the API loads imports no torch; worker modules stay small."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from lcsb_service.settings import Settings, WorkerClass
+from worker.app import create_app
+from worker.supervisor import time_limit_s
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_celery_settings_for_jobs_that_run_for_hours(tmp_path):
+    s = Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/0", job_time_limit_s=6 * 3600)
+    conf = create_app(s).conf
+    assert conf.task_acks_late and conf.worker_prefetch_multiplier == 1 and conf.worker_disable_prefetch
+    assert conf.worker_concurrency == 1 and conf.task_ignore_result
+    assert conf.task_serializer == "json" and conf.accept_content == ["json"]
+    visibility = conf.broker_transport_options["visibility_timeout"]
+    assert visibility > s.job_time_limit_s + s.job_kill_grace_s
+    assert s.job_time_limit_s < conf.task_soft_time_limit < conf.task_time_limit  # backstops above our own
+    assert conf.worker_cancel_long_running_tasks_on_connection_loss is False
+
+
+def test_embedded_broker_needs_no_server(tmp_path):
+    conf = create_app(Settings(data_dir=tmp_path)).conf
+    assert conf.broker_url.startswith("filesystem://")
+    assert Path(conf.broker_transport_options["data_folder_in"]).is_dir()
+
+
+def test_worker_settings_are_validated(tmp_path):
+    with pytest.raises(ValidationError, match="twice"):
+        Settings(data_dir=tmp_path, heartbeat_interval_s=10, heartbeat_timeout_s=15)
+    with pytest.raises(ValidationError, match="LCSB_WORKER_QUEUE"):
+        Settings(data_dir=tmp_path, worker_queue="nope")
+    s = Settings(data_dir=tmp_path, worker_queue="b", worker_classes=[WorkerClass(queue="a", memory_mib=1),
+                                                                      WorkerClass(queue="b", memory_mib=2)])
+    assert s.worker_class.memory_mib == 2
+
+
+def test_time_limit_comes_from_settings_and_the_job(tmp_path):
+    class FakeJob:
+        method = {"time_limit_s": 60}
+
+    s = Settings(data_dir=tmp_path, job_time_limit_s=3600)
+    assert time_limit_s(FakeJob(), s) == 60
+    FakeJob.method = {}
+    assert time_limit_s(FakeJob(), s) == 3600
+
+
+def test_the_api_side_of_the_worker_imports_no_torch(tmp_path):
+    code = ("import sys\n"
+            "from api.main import create_app\n"
+            "from lcsb_service.settings import Settings\n"
+            "app = create_app(Settings(data_dir=sys.argv[1]))\n"
+            "assert type(app.state.enqueuer).__name__ == 'CeleryEnqueuer', app.state.enqueuer\n"
+            "import worker.tasks, worker.supervisor, worker.reaper, worker.limits, worker.outcome\n"
+            "heavy = [m for m in ('torch', 'transformers', 'peft', 'bitsandbytes') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_worker_modules_are_small():
+    for path in (ROOT / "worker").rglob("*.py"):
+        lines = len(path.read_text().splitlines())
+        assert lines < 300, f"{path.relative_to(ROOT)} has {lines} lines"

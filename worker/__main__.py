@@ -1,0 +1,5 @@
+"""`python -m worker [extra celery worker options]`: see `worker.main`."""
+
+from worker.main import main
+
+main()

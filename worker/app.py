@@ -1,0 +1,74 @@
+"""The Celery application, built from the service settings (no module-level app here: the API builds
+one to send tasks, `worker.main` builds the worker's).
+
+    app = create_app(settings)                       # Redis (`redis://...`) or the embedded broker
+    app.send_task(RUN_JOB, args=[job_id], queue=job.queue)
+
+Settings for jobs that run for hours (see the cases' "Job queue"):
+
+- late acknowledgement and prefetch 1 (`worker_disable_prefetch` as well): a worker holds only the
+  message it is running, so a queued job is never stuck behind a long one on a busy worker; a worker
+  that dies leaves its message unacknowledged;
+- one job at a time per worker process: the worker runs the `solo` pool (`python -m worker` sets it);
+  the training itself runs in a fresh child process under the memory cap (`worker.supervisor`);
+- Redis `visibility_timeout` above the longest allowed job (`Settings.resolved_visibility_timeout_s`),
+  so a message is not delivered again while its job still runs; if it is anyway, the worker's guarded
+  `claim` makes the second delivery a no-op;
+- soft and hard time limits: enforced by the supervisor (the solo pool does not enforce Celery's);
+  Celery's own limits are set above them as a backstop for a prefork pool;
+- task arguments are ids only (JSON); no result backend: job state lives in the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from lcsb_service.settings import Settings
+
+RUN_JOB = "lcsb.run_job"
+REAP = "lcsb.reap"
+
+
+def broker_options(settings: Settings) -> dict[str, Any]:
+    """Transport options: the filesystem broker's folders, or Redis' visibility timeout; plus
+    `Settings.broker_transport_options` (e.g. `global_keyprefix` to share one Redis)."""
+    if settings.broker_url.startswith("filesystem://"):
+        folder = settings.resolved_broker_folder.resolve()
+        options: dict[str, Any] = {"data_folder_in": str(folder / "messages"),
+                                   "data_folder_out": str(folder / "messages"),
+                                   "control_folder": str(folder / "control"), "store_processed": False}
+    else:
+        options = {"visibility_timeout": settings.resolved_visibility_timeout_s}
+    return {**options, **settings.broker_transport_options}
+
+
+def create_app(settings: Settings) -> Celery:
+    """A Celery app for these settings; the tasks of `worker.tasks` are registered by name."""
+    app = Celery("lcsb", broker=settings.broker_url, include=["worker.tasks"])
+    hard_backstop = settings.job_time_limit_s + 2 * settings.job_kill_grace_s
+    embedded = settings.broker_url.startswith("filesystem://")
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        worker_disable_prefetch=True,
+        worker_concurrency=1,
+        task_serializer="json", accept_content=["json"],
+        task_ignore_result=True, result_backend=None,
+        task_soft_time_limit=hard_backstop, task_time_limit=hard_backstop + settings.job_kill_grace_s,
+        task_default_queue=settings.worker_classes[0].queue,
+        task_create_missing_queues=True,
+        broker_transport_options=broker_options(settings),
+        broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=False,  # a broker blip must not stop a training
+        worker_enable_remote_control=not embedded,  # the filesystem broker has no fanout for it
+        worker_send_task_events=False,
+        worker_hijack_root_logger=False,
+        beat_schedule={"lcsb-reap": {"task": REAP, "schedule": settings.reaper_interval_s}},
+    )
+    if embedded:
+        for sub in ("messages", "control"):
+            (settings.resolved_broker_folder / sub).mkdir(parents=True, exist_ok=True)
+    app.lcsb_settings = settings  # read by worker.context
+    return app

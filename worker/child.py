@@ -1,0 +1,143 @@
+"""The training process of one job: `python -m worker.child <spec.json>`, started by the supervisor
+in a fresh interpreter (a fresh CUDA context and allocator each time; all its memory goes back to the
+system when it exits).
+
+First it joins its memory cage (`worker.limits.enter_cage`) and arranges to die with the supervisor
+(`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets from
+storage, runs the trainer with `JobReporter` (events, progress, checkpoints, per-step cancel check)
+and writes its `Outcome` as JSON to `spec["result_path"]`. SIGUSR1 from the supervisor means "time
+limit reached": the loop stops before its next step and the outcome is `timeout`. The supervisor
+turns the outcome (or the exit status, when there is none) into the job's terminal state.
+
+Spec (JSON, mode 0600): job_id, database_url, storage_url, model_dirs, run_dir, device, cage,
+parent_pid, result_path, fine_tuned_model, time_limit_s.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+from worker.limits import enter_cage
+from worker.outcome import CANCELLED, SUCCEEDED, Outcome, classify, write_outcome
+
+log = logging.getLogger("worker.child")
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the supervisor) dies, and exit now if
+    it already has."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        log.warning("prctl(PR_SET_PDEATHSIG) unavailable: this process may outlive its worker")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _local_input(stack: ExitStack, storage, row, folder: Path) -> Path:  # noqa: ANN001
+    """A local path to a stored dataset, named with its upload's suffix (the reader picks the format
+    from it: `.txt` is a corpus, anything else JSONL)."""
+    source = stack.enter_context(storage.local_copy(row.storage_key))
+    link = folder / f"{row.id}{Path(row.filename).suffix.lower()}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(Path(source).resolve())
+    return link
+
+
+def training_config(spec: dict, db, storage, stack: ExitStack):  # noqa: ANN001
+    """The job's TrainConfig with local paths. Raises ModelLoadError (model not installed here),
+    ConfigError (the stored config no longer validates)."""
+    from lcsb_core.errors import ModelLoadError
+    from lcsb_service.catalog import find_model
+    from lcsb_service.jobspec import train_config_for
+    from lcsb_service.models import File, Job
+
+    with db.session() as s:
+        job = s.get(Job, spec["job_id"])
+        train = s.get(File, job.training_file)
+        valid = s.get(File, job.validation_file) if job.validation_file else None
+        s.expunge_all()
+    model = find_model([Path(p) for p in spec["model_dirs"]], job.model)
+    if model is None:
+        raise ModelLoadError(f"the base model {job.model!r} is not installed on this worker")
+    inputs = Path(spec["result_path"]).parent
+    train_path = _local_input(stack, storage, train, inputs)
+    valid_path = _local_input(stack, storage, valid, inputs) if valid else None
+    return train_config_for(job.train_config, model_path=str(model.path), train_path=str(train_path),
+                            validation_path=str(valid_path) if valid_path else None,
+                            output_dir=spec["run_dir"], device=spec["device"]), {train_path.name: train.filename}
+
+
+def _cap_cuda(spec: dict) -> None:
+    import torch
+
+    device = torch.device(spec["device"] if ":" in spec["device"] else "cuda:0")
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cage"]["cap_mib"] * 2**20 / total), device)
+
+
+def train(spec: dict, stop: threading.Event) -> Outcome:
+    """Run the job's training; every ending becomes an Outcome (nothing is raised)."""
+    from lcsb_service.db import Database
+    from lcsb_service.storage import Storage
+    from worker.reporter import JobReporter
+
+    db, storage = Database(spec["database_url"]), Storage(spec["storage_url"])
+    reporter = JobReporter(db, storage, spec["job_id"], spec["fine_tuned_model"], stop)
+    names: dict[str, str] = {}
+    try:
+        with ExitStack() as stack:
+            cfg, names = training_config(spec, db, storage, stack)
+            from lcsb_core.errors import TrainingCancelled
+            from lcsb_core.trainer import Trainer
+
+            if spec["device"].startswith("cuda"):
+                _cap_cuda(spec)
+            try:
+                summary = Trainer(cfg, callbacks=[reporter]).train()
+            except TrainingCancelled:
+                if not stop.is_set():
+                    return Outcome(CANCELLED, steps=reporter.steps_done, peak_memory_mib=reporter.peak_mib or None)
+                return Outcome.failed("timeout", f"The job reached its time limit of {spec['time_limit_s']:.0f} s "
+                                      f"after {reporter.steps_done} of {reporter.total_steps} steps; its "
+                                      "checkpoints are kept", steps=reporter.steps_done,
+                                      peak_memory_mib=reporter.peak_mib or None)
+        return Outcome(SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
+                       summary=summary)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a public error code
+        log.exception("job %s failed", spec["job_id"])
+        out = classify(exc, cap_mib=spec["cage"]["cap_mib"], peak_mib=reporter.peak_mib or None,
+                       steps=reporter.steps_done)
+        for local, public in names.items():  # never show worker paths
+            out.message = out.message.replace(str(Path(spec["result_path"]).parent / local), public)
+        return out
+    finally:
+        db.dispose()
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    die_with_parent(int(spec["parent_pid"]))
+    enter_cage(spec["cage"])
+    stop = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: stop.set())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        outcome = train(spec, stop)
+    except MemoryError:  # even building the Outcome failed: the supervisor reads the exit status
+        return 3
+    write_outcome(Path(spec["result_path"]), outcome)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

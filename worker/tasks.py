@@ -1,0 +1,58 @@
+"""Celery tasks (registered by name; arguments are ids only) and the worker's start-up hook.
+
+    lcsb.run_job(job_id)   claim and run one job (`worker.supervisor.run_job`)
+    lcsb.reap()            one reaper pass (for Celery beat; workers also reap on their own)
+
+At worker start (`worker_ready`): remove memory cgroups left by a killed worker on this machine, run
+one reaper pass, and start the reaper thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import current_app, shared_task
+from celery.signals import worker_ready, worker_shutdown
+
+from worker import reaper, supervisor
+from worker.context import worker_context
+from worker.enqueue import CeleryEnqueuer
+from worker.limits import remove_stale_cages
+
+log = logging.getLogger(__name__)
+_stop_reaper = threading.Event()
+
+
+@shared_task(name="lcsb.run_job", bind=True, acks_late=True, ignore_result=True)
+def run_job(self, job_id: str) -> str:
+    """Run the job `job_id` once; a repeated delivery returns "skipped"."""
+    ctx = worker_context(self.app)
+    return supervisor.run_job(ctx, job_id, worker=self.request.hostname or ctx.hostname)
+
+
+@shared_task(name="lcsb.reap", ignore_result=True)
+def reap() -> None:
+    ctx = worker_context(current_app)
+    reaper.sweep(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings)
+
+
+@worker_ready.connect
+def _on_worker_ready(sender=None, **_kwargs) -> None:  # noqa: ANN001 - Celery's consumer
+    ctx = worker_context(getattr(sender, "app", None) or current_app)
+    wc = ctx.settings.worker_class
+    removed = remove_stale_cages(configured_parent=ctx.settings.cgroup_parent)
+    if removed:
+        log.info("removed %d memory cgroups left by earlier workers", removed)
+    reaper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
+    log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s; heartbeat bound %.0f s",
+             wc.queue, wc.memory_mib, wc.device, ctx.settings.heartbeat_timeout_s)
+    if ctx.settings.resolved_visibility_timeout_s <= ctx.settings.job_time_limit_s:
+        log.warning("the broker's visibility timeout (%.0f s) is not above the job time limit (%.0f s): a long "
+                    "job's message will be delivered again while it runs (the claim makes that a no-op)",
+                    ctx.settings.resolved_visibility_timeout_s, ctx.settings.job_time_limit_s)
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(**_kwargs) -> None:
+    _stop_reaper.set()

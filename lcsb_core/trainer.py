@@ -101,6 +101,8 @@ class Trainer:
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
         self.t_start = time.perf_counter()
+        if start == 0 and self.eval_dataset is not None:
+            self.evaluate(0)
         for step in range(start, self.total_steps):
             if any(cb.should_cancel() for cb in self.callbacks):
                 raise TrainingCancelled(f"cancelled before step {step + 1} of {self.total_steps}")
@@ -134,8 +136,6 @@ class Trainer:
         for path in (self.files.metrics, self.files.history):
             path.unlink(missing_ok=True)
         self.files.write_json(self.files.config, {**self.config.to_dict(), "resolved": self._model_facts()})
-        if self.eval_dataset is not None:
-            self.evaluate(0)
         return 0
 
     def _resume(self, resume_from: str | Path) -> int:

@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.metrics import ServiceMetrics
-from lcsb_service.db import Database, discard_after_commit, run_after_commit
+from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer
 from lcsb_service.errors import NotFound
 from lcsb_service.ids import looks_like_id
@@ -54,19 +54,10 @@ EnqueuerDep = Annotated[Enqueuer, Depends(get_enqueuer)]
 
 
 def get_session(db: DatabaseDep) -> Iterator[Session]:
-    """The request's session: commit after the route, then run its after-commit actions."""
-    session = db.sessionmaker()
-    try:
+    """The request's session: commit after the route, then run its after-commit actions
+    (`Database.session`: rollback and discard them on an error)."""
+    with db.session() as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        discard_after_commit(session)
-        raise
-    else:
-        run_after_commit(session)
-    finally:
-        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -170,7 +170,6 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             row("freeze", k, ckpt, lambda: step(cyc.layers_for_step(next(counter)), LayerMode.FROZEN, ckpt))
             counter2 = iter(range(10**9))
             row("lcsb", k, ckpt, lambda: step(cyc.layers_for_step(next(counter2)), LayerMode.SKIP, ckpt))
-    del model, base, opt
     trim_malloc()
     return rows
 

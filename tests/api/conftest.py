@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,29 @@ BACKENDS = [b.strip() for b in os.environ.get("LCSB_TEST_BACKENDS", "postgresql,
 SECRET = "test-secret-" + "x" * 20
 
 
+@contextmanager
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """Create `<prefix>_<random>` on the PostgreSQL server at PG_ADMIN_URL, migrate it, yield its URL and
+    drop it afterwards. An unreachable server fails the test run (no silent skip)."""
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.OperationalError as exc:
+        admin.dispose()
+        pytest.fail(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig} (start it, or set "
+                    "LCSB_TEST_BACKENDS=sqlite to run without it)")
+    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 def migrate(url: str) -> None:
     """`alembic upgrade head` on `url` (the schema comes from the migrations only)."""
     cfg = Config(str(ROOT / "alembic.ini"))
@@ -50,24 +74,8 @@ def database_url(request, tmp_path_factory) -> Iterator[str]:
         migrate(url)
         yield url
         return
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        admin.connect().close()
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        pytest.fail(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig} (start it, or set "
-                    "LCSB_TEST_BACKENDS=sqlite to run without it)")
-    name = f"lcsb_test_{secrets.token_hex(6)}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate(url)
+    with fresh_postgres_database("lcsb_test") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 import redis
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from api.main import create_app
 from lcsb_service.keys import create_key
 from lcsb_service.settings import Settings, WorkerClass
-from tests.api.conftest import PG_ADMIN_URL, SECRET, migrate, settings_env
+from tests.api.conftest import SECRET, fresh_postgres_database, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("LCSB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -40,21 +39,8 @@ WORKER_START_S = 60.0
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"lcsb_worker_{secrets.token_hex(6)}"
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig}")
-    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate(url)
+    with fresh_postgres_database("lcsb_worker") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture(scope="session")

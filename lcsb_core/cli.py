@@ -60,6 +60,9 @@ class ProgressCallback(TrainerCallback):
         self.task = None
 
     def on_start(self, info: dict) -> None:
+        for key in ("train_data", "eval_data"):
+            if key in info:
+                self.progress.console.print(f"{key.replace('_', ' ')}: {info[key]}")
         self.task = self.progress.add_task("train", total=info["total_steps"], completed=info["start_step"], stats="")
 
     def on_step(self, r: StepReport) -> None:
@@ -87,7 +90,7 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
     except LCSBError as exc:
         console.print(f"[red]error ({exc.code}):[/red] {exc}")
         raise typer.Exit(2) from None
-    console.print_json(json.dumps(summary))
+    print(json.dumps(summary, indent=2))  # stdout, so `lcsb train job.yaml > summary.json` works
 
 
 @app.command("import-gguf")

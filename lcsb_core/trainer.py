@@ -230,7 +230,10 @@ class Trainer:
                 "total_steps": self.total_steps}
 
     def _start_info(self, start: int) -> dict:
-        return {"config": self.config.to_dict(), "start_step": start, **self._model_facts()}
+        data = {name: ds.report.summary() for name, ds in (("train_data", self.train_dataset),
+                                                           ("eval_data", self.eval_dataset))
+                if ds is not None and hasattr(ds.report, "summary")}
+        return {"config": self.config.to_dict(), "start_step": start, **self._model_facts(), **data}
 
     def _emit(self, hook: str, *args) -> None:
         for cb in self.callbacks:

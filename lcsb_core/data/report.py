@@ -75,7 +75,8 @@ class ValidationReport:
         return [e.line for e in self.errors if e.line is not None]
 
     def summary(self, max_items: int = 5) -> str:
-        """One paragraph for an error message: file errors, then the first line errors."""
+        """One paragraph for an error message or a log line: file errors, the first line errors, then
+        examples dropped (no target token left after truncation) and truncated, with their lines."""
         parts = list(self.file_errors)
         if self.invalid_examples:
             shown = "; ".join(str(e) for e in self.errors[:max_items])
@@ -84,7 +85,15 @@ class ValidationReport:
                 f"{self.invalid_examples} of {self.num_examples} lines are invalid: {shown}"
                 + (f"; and {more} more" if more > 0 else "")
             )
-        return f"{self.path}: " + (". ".join(parts) if parts else "valid")
+        notes = []
+        if self.dropped_no_target:
+            notes.append(f"{self.dropped_no_target} example(s) dropped, no target token left after truncation to "
+                         f"{self.max_seq_len} tokens (lines {_lines(self.dropped_lines, max_items)})")
+        if self.truncated:
+            notes.append(f"{self.truncated} example(s) truncated to {self.max_seq_len} tokens "
+                         f"(lines {_lines(self.truncated_lines, max_items)})")
+        head = ". ".join(parts) if parts else "valid"
+        return f"{self.path}: {head}" + ("; " + "; ".join(notes) if notes else "")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (str, int, float, bool, None, lists, dicts)."""
@@ -118,3 +127,8 @@ class ValidationReport:
             "overlap_lines": list(self.overlap_lines),
             "skipped_invalid": self.skipped_invalid,
         }
+
+
+def _lines(lines: list[int], max_items: int) -> str:
+    shown = ", ".join(str(n) for n in lines[:max_items])
+    return shown + (", ..." if len(lines) > max_items else "")

@@ -105,6 +105,10 @@ def test_prompt_too_long_is_dropped_and_reported(case, tokenizer):
     assert (report.dropped_no_target, report.dropped_lines) == (1, [2])
     assert (report.truncated, report.truncated_lines) == (1, [2])
     assert report.usable_examples == 2
+    assert ("1 example(s) dropped, no target token left after truncation to 256 tokens (lines 2)"
+            in report.summary())  # what `lcsb train` and the job's start event show
+    with pytest.raises(DataError, match=r"only 2 usable examples.*dropped.*\(lines 2\)"):
+        build_dataset(case("prompt_too_long.jsonl"), tokenizer, max_seq_len=256, min_examples=3)
     ds = build_dataset(case("prompt_too_long.jsonl"), tokenizer, max_seq_len=256, min_examples=1)
     assert [e.line for e in ds.examples] == [1, 3]
     assert all(any(x != -100 for x in e.labels) for e in ds.examples)

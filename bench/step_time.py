@@ -16,7 +16,6 @@ and, exactly, the bytes autograd saved for backward (`saved_tensors_hooks`), bot
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lcsb_core.config import LoraSettings, OptimSettings  # noqa: E402
 from lcsb_core.lora import apply_lora  # noqa: E402
 from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.memory_probe import MIB, current_mib, peak_mib, reset_peak  # noqa: E402
+from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak  # noqa: E402
 from lcsb_core.models.loading import load_base_model, resolve_model_path  # noqa: E402
 from lcsb_core.optim import build_optimizer  # noqa: E402
 from lcsb_core.schedules import CyclicSchedule, resolve_k  # noqa: E402
@@ -49,13 +48,6 @@ SHAPES = {
     "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
 }
-
-
-def trim_malloc() -> None:
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 def shape_folder(name: str, tmp: Path) -> Path:
@@ -103,7 +95,7 @@ def measure(fn, device, warmup: int, steps: int) -> tuple[float, float, float]:
     whole cycles of the schedule: freeze/LCSB step times depend on which block is selected."""
     for _ in range(warmup):
         fn()
-    trim_malloc()
+    release_free_memory(device)
     reset_peak(device)
     times = []
     for _ in range(steps):
@@ -133,7 +125,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, model.config.vocab_size - 1, (args.batch, args.seq), generator=gen).to(device)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-    trim_malloc()
+    release_free_memory(device)
     idle = current_mib(device)
 
     def step(selected, skip_mode, ckpt, t=[0]):
@@ -170,7 +162,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             row("freeze", k, ckpt, lambda: step(cyc.layers_for_step(next(counter)), LayerMode.FROZEN, ckpt))
             counter2 = iter(range(10**9))
             row("lcsb", k, ckpt, lambda: step(cyc.layers_for_step(next(counter2)), LayerMode.SKIP, ckpt))
-    trim_malloc()
+    release_free_memory(device)
     return rows
 
 

@@ -16,6 +16,11 @@ import torch
 from torch import nn
 
 
+def l2_norm(tensors: list[torch.Tensor]) -> float:
+    """L2 norm of a list of tensors taken together (0.0 for an empty list)."""
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))) if tensors else 0.0
+
+
 class UpdateTracker:
     """Snapshots LoRA parameters before a step and measures each layer's update norm after it."""
 
@@ -31,7 +36,7 @@ class UpdateTracker:
         out = []
         for i in sorted(self.params_by_layer):
             deltas = [p.detach() - b for p, b in zip(self.params_by_layer[i], self._before[i])]
-            out.append(float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(deltas)))) if deltas else 0.0)
+            out.append(l2_norm(deltas))
         return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lcsb_core.errors import DivergenceError
+from lcsb_core.history import l2_norm
 from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.optim import prepare_skipped_grads
 from lcsb_core.selective import SelectiveBackprop
@@ -86,5 +87,5 @@ def _layer_grad_norms(selective: SelectiveBackprop, selected: frozenset[int]) ->
     norms = {}
     for i in sorted(selected):
         grads = [p.grad for p in selective.params_by_layer[i] if p.grad is not None]
-        norms[i] = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
+        norms[i] = l2_norm(grads)
     return norms

@@ -80,17 +80,21 @@ class Trainer:
                      if epochs is not None else None)
         return min(s for s in (cfg.max_steps, by_epochs) if s is not None)
 
-    def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _batches(self, dataset, *, epoch: int, shuffle: bool) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches of `dataset` on the device, padded/packed as the config says."""
         from lcsb_core.data import iter_batches
 
+        d = self.config.data
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
-        stream = (b for epoch in itertools.count() for b in iter_batches(
-            self.train_dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch, pad_token_id=pad_id,
-            pad_to_multiple_of=self.config.data.pad_to_multiple_of, pack=self.config.data.pack,
-            max_seq_len=self.config.data.max_seq_len))
-        skip = start_step * self.config.gradient_accumulation_steps
-        for batch in itertools.islice(stream, skip, None):
+        for batch in iter_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
+                                  pad_token_id=pad_id, shuffle=shuffle, pad_to_multiple_of=d.pad_to_multiple_of,
+                                  pack=d.pack, max_seq_len=d.max_seq_len):
             yield {k: v.to(self.device) for k, v in batch.items()}
+
+    def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+        stream = (b for epoch in itertools.count() for b in self._batches(self.train_dataset, epoch=epoch, shuffle=True))
+        skip = start_step * self.config.gradient_accumulation_steps
+        yield from itertools.islice(stream, skip, None)
 
     # ---- train -------------------------------------------------------------------------------
     def train(self, resume_from: str | Path | None = None) -> dict:
@@ -170,15 +174,11 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, step: int) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off)."""
-        from lcsb_core.data import iter_batches
-
         self.model.eval()
         loss_sum, targets, correct = 0.0, 0, 0
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
-        for batch in iter_batches(self.eval_dataset, self.config.batch_size, seed=0, epoch=0, pad_token_id=pad_id,
-                                  shuffle=False, pad_to_multiple_of=self.config.data.pad_to_multiple_of):
+        for batch in self._batches(self.eval_dataset, epoch=0, shuffle=False):
             with autocast_for(self.model):
-                sums = lm_loss_sums(self.model, {k: v.to(self.device) for k, v in batch.items()}, with_accuracy=True)
+                sums = lm_loss_sums(self.model, batch, with_accuracy=True)
             loss_sum, targets, correct = loss_sum + float(sums.loss_sum), targets + sums.num_targets, correct + sums.num_correct
         self.model.train()
         report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),

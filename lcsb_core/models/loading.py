@@ -62,9 +62,11 @@ def load_tokenizer(path: Path, *, require_chat_template: bool = False):
         raise ModelLoadError(f"cannot load a tokenizer from {path}: {exc}") from exc
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    if require_chat_template and not getattr(tok, "chat_template", None):
-        raise ModelLoadError(f"the model at {path} has no chat template, so chat-format data cannot be "
-                             "rendered: use prompt-completion or text data, or a model with a chat template")
+    if require_chat_template:
+        from lcsb_core.data.tokenization import chat_template_error
+
+        if (message := chat_template_error(tok)) is not None:
+            raise ModelLoadError(message)
     return tok
 
 

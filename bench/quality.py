@@ -1,0 +1,306 @@
+"""Quality at equal steps and at equal wall-clock time: full backprop vs freeze vs LCSB (cyclic, random).
+
+    python bench/quality.py --task gsm8k --schedules full,freeze,cyclic,random --seeds 0,1,2 \
+        --steps 60 --extend cyclic=100 --eval-every 20 --exact-match --out bench/results/gsm8k
+    python bench/quality.py --task wikitext --schedules full,freeze,cyclic,random --seeds 0 --out bench/results/wikitext
+    python bench/quality.py --task gsm8k --schedules full,cyclic,freeze --lrs 2e-4,1e-3 \
+        --bnb-cpu-repacking off,on --out bench/results/stability            # table 3
+    python bench/quality.py --task gsm8k --schedules cyclic --momentum on,off --out bench/results/momentum
+    python bench/quality_report.py bench/results/gsm8k                        # tables + plots
+
+Every run: SmolLM2-135M-Instruct (NF4 unless --quant), LoRA r16/alpha 32 on all seven projections,
+AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (so a longer run's
+first N steps are the N-step run: `--extend cyclic=100` gives both the equal-steps value at `--steps`
+and the equal-time curve), clip 1.0. Data:
+- gsm8k: the first `--train-examples` rows of `../shared/data/gsm8k/train.jsonl` as chat (question ->
+  worked answer, loss on the answer), eval on the first `--eval-examples` (200) rows of `test.jsonl`:
+  eval loss (nats per answer token), token accuracy, and with `--exact-match` greedy decoding of those
+  questions scored on the `#### <number>` line.
+- wikitext: `../shared/data/wikitext-2/valid.txt` split at a line boundary: the first 80 % of the lines
+  train, the rest is held out; both packed into blocks of `--seq` tokens; held-out perplexity = exp(loss).
+Wall-clock time is the sum of the optimizer steps' times (evaluation excluded). Each run writes one
+JSON file to `--out` (existing files are skipped, so an interrupted grid resumes) plus its run folder
+(metrics.jsonl, selection_history.jsonl, adapter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback  # noqa: E402
+from lcsb_core.config import TrainConfig  # noqa: E402
+from lcsb_core.loss import autocast_for  # noqa: E402
+from lcsb_core.setup import load_components  # noqa: E402
+from lcsb_core.trainer import Trainer  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+
+
+def extract_answer(text: str) -> str | None:
+    """The number after the first `####` in a GSM8K-style answer, commas removed; None if absent
+    (the official GSM8K scoring: openai/grade-school-math, `extract_answer`)."""
+    m = ANSWER.search(text)
+    return m.group(1).replace(",", "") if m else None
+
+
+def answers_match(predicted: str | None, reference: str | None) -> bool:
+    """Exact match of two extracted answers as numbers (`"18"` == `"18.0"`); False if either is None."""
+    if predicted is None or reference is None:
+        return False
+    try:
+        return float(predicted) == float(reference)
+    except ValueError:
+        return predicted == reference
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the grid."""
+
+    task: str
+    schedule: str
+    seed: int
+    lr: float
+    steps: int
+    momentum: bool = True
+    repacking: bool = False
+    quant: str = "nf4"
+    fraction: float = 0.25
+
+    @property
+    def name(self) -> str:
+        return (f"{self.task}-{self.quant}-{self.schedule}-f{self.fraction:g}-lr{self.lr:g}-s{self.seed}-n{self.steps}"
+                f"-mom{int(self.momentum)}-repack{int(self.repacking)}")
+
+
+class Recorder(TrainerCallback):
+    """Collects per-step train loss/time and every evaluation with the training seconds spent so far;
+    at the evaluations of `exact_match_steps` it also decodes the GSM8K questions (`exact_match`)."""
+
+    def __init__(self, *, model=None, tokenizer=None, rows=None, exact_match_steps=(), args=None) -> None:
+        self.train_s = 0.0
+        self.steps: list[dict] = []
+        self.evals: list[dict] = []
+        self.model, self.tokenizer, self.rows, self.args = model, tokenizer, rows, args
+        self.exact_match_steps = set(exact_match_steps)
+
+    def on_step(self, report: StepReport) -> None:
+        self.train_s += report.step_time_s
+        self.steps.append({"step": report.step, "loss": report.loss, "step_time_s": report.step_time_s,
+                           "grad_norm": report.grad_norm, "peak_mib": report.peak_memory_mib})
+
+    def on_eval(self, report: EvalReport) -> None:
+        self.evals.append({"step": report.step, "train_s": self.train_s, "eval_loss": report.eval_loss,
+                           "eval_token_accuracy": report.eval_token_accuracy})
+        if report.step in self.exact_match_steps and self.rows:
+            self.evals[-1].update(exact_match(self.model, self.tokenizer, self.rows, batch_size=self.args.gen_batch,
+                                              max_new_tokens=self.args.max_new_tokens))
+
+
+def enable_cpu_weight_repacking(model: torch.nn.Module) -> int:
+    """Undo `disable_cpu_weight_repacking`: reproduce bitsandbytes 0.50's default (NF4 weights repacked
+    for CPU inference on the first eval-mode forward) to measure its effect. Returns modules changed."""
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import has_avx512bf16
+
+    on = bool(has_avx512bf16())
+    n = 0
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = on
+            n += on
+    return n
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def prepare_task(task: str, tokenizer, args) -> tuple:
+    """(train TokenizedDataset, eval TokenizedDataset, eval rows for exact match or None)."""
+    from lcsb_core.data import build_dataset, gsm8k_to_chat
+
+    work = Path(args.out) / "data"
+    if task == "gsm8k":
+        read = lambda name, n: [json.loads(x) for x in (DATA / "gsm8k" / name).read_text().splitlines()[:n]]  # noqa: E731
+        train_rows, eval_rows = read("train.jsonl", args.train_examples), read("test.jsonl", args.eval_examples)
+        train_file = write_jsonl(work / "gsm8k_train.jsonl", map(gsm8k_to_chat, train_rows))
+        eval_file = write_jsonl(work / "gsm8k_eval.jsonl", map(gsm8k_to_chat, eval_rows))
+        build = lambda f: build_dataset(f, tokenizer, max_seq_len=args.seq, min_examples=1)  # noqa: E731
+        evals = build(eval_file)
+        evals.examples.sort(key=lambda e: len(e.input_ids))  # less padding; the loss is a sum over tokens
+        return build(train_file), evals, eval_rows
+    if task == "wikitext":
+        lines = (DATA / "wikitext-2" / "valid.txt").read_text().splitlines(keepends=True)
+        cut = int(len(lines) * 0.8)
+        while cut < len(lines) and not lines[cut].lstrip().startswith("= "):  # cut before a heading
+            cut += 1
+        (work).mkdir(parents=True, exist_ok=True)
+        (work / "wikitext_train.txt").write_text("".join(lines[:cut]))
+        (work / "wikitext_heldout.txt").write_text("".join(lines[cut:]))
+        build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1)  # noqa: E731
+        train, held = build("wikitext_train.txt"), build("wikitext_heldout.txt")
+        held.examples = held.examples[: args.eval_examples]  # blocks of equal length: no padding
+        return train, held, None
+    raise SystemExit(f"--task: unknown task {task!r} (gsm8k, wikitext)")
+
+
+@torch.no_grad()
+def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_tokens: int) -> dict:
+    """Greedy-decode each GSM8K question (chat template, generation prompt) and score the `####` answer.
+    Returns accuracy, the count, and the first few generations."""
+    model.eval()
+    tokenizer.padding_side = "left"
+    eos = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    correct, samples, t0 = 0, [], time.perf_counter()
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["question"]}], tokenize=False,
+                                                 add_generation_prompt=True) for r in chunk]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        with autocast_for(model):
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+                                 pad_token_id=tokenizer.pad_token_id)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        for row, text in zip(chunk, texts):
+            ok = answers_match(extract_answer(text), extract_answer(row["answer"]))
+            correct += ok
+            if len(samples) < 3:
+                samples.append({"question": row["question"][:200], "generated": text[-300:], "correct": ok})
+    model.train()
+    return {"exact_match": correct / len(rows), "exact_match_correct": correct, "exact_match_n": len(rows),
+            "exact_match_seconds": time.perf_counter() - t0, "samples": samples}
+
+
+def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
+    """Train one `spec`; return its curves and final metrics."""
+    train_ds, eval_ds, eval_rows = data
+    cfg = TrainConfig.from_dict({
+        "data": {"train_file": "(in memory)", "max_seq_len": args.seq},
+        "model": {"quantization": spec.quant, "device": args.device},
+        "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
+        "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum},
+        "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
+        "batch_size": 4, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
+        "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),
+    })
+    model, tokenizer, device = load_components(cfg)
+    if spec.repacking:
+        enable_cpu_weight_repacking(model)
+    em_steps = set()
+    if args.exact_match and spec.seed in args.exact_match_seeds and spec.schedule in args.exact_match_schedules:
+        em_steps = {args.steps} | ({0} if not step0_cache.get("exact_match_base_done") else set())
+        step0_cache["exact_match_base_done"] = True
+    recorder = Recorder(model=model, tokenizer=tokenizer, rows=eval_rows, exact_match_steps=em_steps, args=args)
+    trainer = CachedStep0Trainer(cfg, callbacks=[recorder], model=model, tokenizer=tokenizer, device=device,
+                                 train_dataset=train_ds, eval_dataset=eval_ds)
+    # The step-0 eval is the base model's (LoRA B = 0): the same for every run with the same base, so
+    # it is computed once per (task, quant); runs that reproduce the repacking bug evaluate for real,
+    # because that first eval-mode forward is what repacks the weights.
+    trainer.step0 = None if spec.repacking else step0_cache.get((spec.task, spec.quant))
+    summary = trainer.train()
+    step0_cache.setdefault((spec.task, spec.quant), trainer.step0_report)
+    result = {"spec": spec.__dict__, "name": spec.name, "k": trainer.k, "num_layers": trainer.selective.num_layers,
+              "train_seconds": recorder.train_s, "evals": recorder.evals, "steps": recorder.steps,
+              "peak_memory_mib": summary["peak_memory_mib"], "run_dir": summary["run_dir"],
+              "threads": torch.get_num_threads(), "torch": torch.__version__}
+    return result
+
+
+class CachedStep0Trainer(Trainer):
+    """A Trainer that can reuse a previously measured step-0 evaluation (see `run_one`)."""
+
+    step0: EvalReport | None = None
+    step0_report: EvalReport | None = None
+
+    def evaluate(self, step: int) -> EvalReport:
+        if step == 0 and self.step0 is not None:
+            report = self.step0
+            self.eval_history = [report]
+            self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
+            self._emit("on_eval", report)
+        else:
+            report = super().evaluate(step)
+        if step == 0:
+            self.step0_report = report
+        return report
+
+
+def grid(args) -> list[RunSpec]:
+    extend = dict(x.split("=") for x in args.extend.split(",") if x)
+    specs = []
+    for seed, lr, sched, mom, rep, quant in itertools.product(
+            map(int, args.seeds.split(",")), map(float, args.lrs.split(",")), args.schedules.split(","),
+            [m == "on" for m in args.momentum.split(",")], [r == "on" for r in args.bnb_cpu_repacking.split(",")],
+            args.quant.split(",")):
+        steps = int(extend.get(sched, args.steps))
+        specs.append(RunSpec(args.task, sched, seed, lr, steps, mom, rep, quant, args.fraction))
+    return specs
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "wikitext"])
+    ap.add_argument("--schedules", default="full,freeze,cyclic,random")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--lrs", default="2e-4")
+    ap.add_argument("--momentum", default="on", help="momentum_for_skipped: on, off or on,off")
+    ap.add_argument("--bnb-cpu-repacking", default="off", help="off, on or off,on (on reproduces the bnb bug)")
+    ap.add_argument("--quant", default="nf4")
+    ap.add_argument("--fraction", type=float, default=0.25, help="k as a fraction of the decoder layers")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--extend", default="", help="per-schedule step counts, e.g. cyclic=100 (equal-time view)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--seq", type=int, default=384, help="max tokens per example (gsm8k) or block (wikitext)")
+    ap.add_argument("--train-examples", type=int, default=2000)
+    ap.add_argument("--eval-examples", type=int, default=200)
+    ap.add_argument("--exact-match", action="store_true",
+                    help="greedy-decode the eval questions at step 0 (once) and at --steps (gsm8k)")
+    ap.add_argument("--exact-match-seeds", default="0")
+    ap.add_argument("--exact-match-schedules", default="full,cyclic,freeze,random")
+    ap.add_argument("--gen-batch", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    args.exact_match_seeds = {int(x) for x in args.exact_match_seeds.split(",")}
+    args.exact_match_schedules = set(args.exact_match_schedules.split(","))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = grid(args)
+    todo = [s for s in specs if not (out / f"{s.name}.json").exists()]
+    print(f"{len(specs)} runs, {len(todo)} to do -> {out}", flush=True)
+    if not todo:
+        return
+    from lcsb_core.models.loading import load_tokenizer, resolve_model_path
+
+    tokenizer = load_tokenizer(resolve_model_path("SmolLM2-135M-Instruct"))
+    data = prepare_task(args.task, tokenizer, args)
+    step0_cache: dict = {}
+    for spec in todo:
+        t0 = time.perf_counter()
+        result = run_one(spec, data, args, step0_cache)
+        (out / f"{spec.name}.json").write_text(json.dumps(result, indent=1))
+        ev = result["evals"]
+        print(f"{spec.name}: eval {ev[0]['eval_loss']:.4f} -> {ev[-1]['eval_loss']:.4f}, train {result['train_seconds']:.0f} s"
+              + "".join(f", exact match @{e['step']} {e['exact_match']:.3f}" for e in ev if "exact_match" in e)
+              + f", wall {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+"""Tables (Markdown) and plots (PNG) from the run files that `bench/quality.py` writes.
+
+    python bench/quality_report.py gsm8k bench/results/gsm8k --steps 50 --plots bench/plots
+    python bench/quality_report.py wikitext bench/results/wikitext --steps 50 --plots bench/plots
+    python bench/quality_report.py stability bench/results/stability --steps 50 --plots bench/plots
+    python bench/quality_report.py step-time bench/results/step_time_cpu.json --plots bench/plots
+
+Equal steps: each schedule's eval at `--steps` (the cyclic runs that went on longer are read at that
+step; with a constant learning rate after warmup their first `--steps` steps are the shorter run's).
+Equal time: the training seconds (sum of optimizer-step times, evaluation excluded) a schedule needed
+to reach full backprop's final eval loss (same seed), by linear interpolation between evaluations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ORDER = ["full", "freeze", "cyclic", "random"]
+LABEL = {"full": "full backprop", "freeze": "freeze (top k layers)", "cyclic": "LCSB cyclic",
+         "random": "LCSB random"}
+
+
+def load_runs(folder: Path) -> list[dict]:
+    """Every run result (`*.json`) in `folder`."""
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def eval_at(run: dict, step: int) -> dict | None:
+    """The run's evaluation after exactly `step` optimizer steps, or None."""
+    return next((e for e in run["evals"] if e["step"] == step), None)
+
+
+def seconds_at(run: dict, step: int) -> float:
+    """Training seconds spent by the end of `step` (sum of step times)."""
+    return sum(s["step_time_s"] for s in run["steps"][:step])
+
+
+def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
+    """First time a piecewise-linear (seconds, eval loss) curve reaches `target` or below; None if never.
+
+    >>> time_to_reach([(0, 2.0), (10, 1.0)], 1.5)
+    5.0
+    """
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
+        if y0 <= target:
+            return t0
+        if y1 <= target:
+            return t0 + (t1 - t0) * (y0 - target) / (y0 - y1)
+    return curve[-1][0] if curve and curve[-1][1] <= target else None
+
+
+def value_at_time(curve: list[tuple[float, float]], t: float) -> float | None:
+    """The curve's value at time `t` by linear interpolation; None past its end."""
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
+        if t0 <= t <= t1:
+            return y0 + (y1 - y0) * (t - t0) / (t1 - t0) if t1 > t0 else y1
+    return None
+
+
+def mean_sd(values: list[float], fmt: str = "{:.4f}") -> str:
+    """`mean ± sd` (sample sd) or the single value."""
+    if not values:
+        return ""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.fmean(values))} ± {fmt.format(statistics.stdev(values))}"
+
+
+def curve(run: dict) -> list[tuple[float, float]]:
+    return [(e["train_s"], e["eval_loss"]) for e in run["evals"]]
+
+
+def by_schedule(runs: list[dict], *, momentum: bool = True) -> dict[str, list[dict]]:
+    groups = defaultdict(list)
+    for r in runs:
+        if r["spec"]["momentum"] == momentum and not r["spec"]["repacking"]:
+            groups[r["spec"]["schedule"]].append(r)
+    return groups
+
+
+def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False) -> str:
+    """Per schedule, over seeds: eval loss (or perplexity) at `steps`, vs full, token accuracy, seconds
+    per step, peak memory, and exact match where decoded."""
+    groups = by_schedule(runs)
+    full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
+    metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
+    out = [f"| schedule | k/L | seeds | {metric} at step {steps} | vs full (same seed) | token accuracy | "
+           "train s/step | peak RSS (MiB) | exact match (greedy, seed 0) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    base = next((e for r in runs for e in r["evals"] if e["step"] == 0), None)
+    if base:
+        em = next((e for r in runs for e in r["evals"] if e["step"] == 0 and "exact_match" in e), None)
+        out.append(f"| base model (no training) | | | {_metric(base['eval_loss'], perplexity)} | | "
+                   f"{base['eval_token_accuracy']:.4f} | | | {_em(em)} |")
+    for name in ORDER:
+        rs = [r for r in groups.get(name, []) if eval_at(r, steps)]
+        if not rs:
+            continue
+        evs = [eval_at(r, steps) for r in rs]
+        rel = [e["eval_loss"] / full[r["spec"]["seed"]] - 1 for r, e in zip(rs, evs) if r["spec"]["seed"] in full]
+        em = next((e for r, e in zip(rs, evs) if "exact_match" in e), None)
+        out.append("| " + " | ".join([
+            LABEL[name], f"{rs[0]['k']}/{rs[0]['num_layers']}" if name != "full" else f"{rs[0]['num_layers']}/{rs[0]['num_layers']}",
+            str(len(rs)),
+            mean_sd([math.exp(e["eval_loss"]) if perplexity else e["eval_loss"] for e in evs], "{:.3f}" if perplexity else "{:.4f}"),
+            "" if name == "full" else mean_sd([100 * x for x in rel], "{:+.2f} %"),
+            mean_sd([e["eval_token_accuracy"] for e in evs]),
+            mean_sd([seconds_at(r, steps) / steps for r in rs], "{:.3f}"),
+            f"{max(r['peak_memory_mib'] for r in rs):.0f}",
+            _em(em),
+        ]) + " |")
+    return "\n".join(out)
+
+
+def _metric(loss: float, perplexity: bool) -> str:
+    return f"{math.exp(loss):.3f}" if perplexity else f"{loss:.4f}"
+
+
+def _em(e: dict | None) -> str:
+    return f"{e['exact_match']:.1%} ({e['exact_match_correct']}/{e['exact_match_n']})" if e else ""
+
+
+def equal_time_table(runs: list[dict], steps: int) -> str:
+    """Per seed: full backprop's final eval loss and training time; for each other schedule the time it
+    took to reach that loss (and the ratio), and its eval loss at full backprop's training time."""
+    groups = by_schedule(runs)
+    out = ["| seed | full: eval loss at step {0} | full: train s | schedule | steps run | reached full's loss at (s) "
+           "| time vs full | eval loss at full's train time |".format(steps),
+           "|---|---|---|---|---|---|---|---|"]
+    for full_run in sorted(groups.get("full", []), key=lambda r: r["spec"]["seed"]):
+        seed = full_run["spec"]["seed"]
+        target, t_full = eval_at(full_run, steps)["eval_loss"], seconds_at(full_run, steps)
+        for name in ORDER[1:]:
+            for r in (r for r in groups.get(name, []) if r["spec"]["seed"] == seed):
+                t = time_to_reach(curve(r), target)
+                at = value_at_time(curve(r), t_full)
+                out.append(f"| {seed} | {target:.4f} | {t_full:.0f} | {LABEL[name]} | {r['spec']['steps']} | "
+                           f"{'not reached' if t is None else f'{t:.0f}'} | {'' if t is None else f'{t / t_full:.2f}x'} | "
+                           f"{'' if at is None else f'{at:.4f}'} |")
+    return "\n".join(out)
+
+
+def momentum_table(runs: list[dict], steps: int) -> str:
+    """LCSB cyclic with momentum_for_skipped on and off, at `steps`, seeds paired."""
+    on = {r["spec"]["seed"]: r for r in by_schedule(runs, momentum=True).get("cyclic", [])}
+    off = {r["spec"]["seed"]: r for r in by_schedule(runs, momentum=False).get("cyclic", [])}
+    out = ["| momentum_for_skipped | seeds | eval loss at step {0} | token accuracy | train s/step | "
+           "off - on (same seed) |".format(steps), "|---|---|---|---|---|---|"]
+    for label, group in (("on (default)", on), ("off", off)):
+        seeds = sorted(s for s in group if s in on and s in off)
+        if not seeds:
+            continue
+        evs = [eval_at(group[s], steps) for s in seeds]
+        diff = [eval_at(off[s], steps)["eval_loss"] - eval_at(on[s], steps)["eval_loss"] for s in seeds]
+        out.append(f"| {label} | {','.join(map(str, seeds))} | {mean_sd([e['eval_loss'] for e in evs])} | "
+                   f"{mean_sd([e['eval_token_accuracy'] for e in evs])} | "
+                   f"{mean_sd([seconds_at(group[s], steps) / steps for s in seeds], '{:.3f}')} | "
+                   f"{mean_sd(diff, '{:+.4f}') if label == 'off' else ''} |")
+    return "\n".join(out)
+
+
+def stability_table(runs: list[dict]) -> str:
+    """One row per run: learning rate, schedule, bitsandbytes CPU repacking, eval losses, train loss."""
+    out = ["| lr | schedule | bnb CPU repacking | seed | eval loss by step | last-10-step train loss | max train loss |",
+           "|---|---|---|---|---|---|---|"]
+    key = lambda r: (r["spec"]["lr"], r["spec"]["repacking"], ORDER.index(r["spec"]["schedule"]), r["spec"]["seed"])  # noqa: E731
+    for r in sorted(runs, key=key):
+        s = r["spec"]
+        losses = [x["loss"] for x in r["steps"]]
+        evals = ", ".join(f"{e['step']}: {e['eval_loss']:.3f}" for e in r["evals"])
+        out.append(f"| {s['lr']:g} | {LABEL[s['schedule']]} | {'on (bug)' if s['repacking'] else 'off (fixed)'} | "
+                   f"{s['seed']} | {evals} | {statistics.fmean(losses[-10:]):.3f} | {max(losses):.2f} |")
+    return "\n".join(out)
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_eval_curves(runs: list[dict], out: Path, title: str) -> Path:
+    """Eval loss vs optimizer step (left) and vs training seconds (right), one line per run."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"full": "C0", "freeze": "C1", "cyclic": "C2", "random": "C3"}
+    for name, rs in by_schedule(runs).items():
+        for i, r in enumerate(sorted(rs, key=lambda r: r["spec"]["seed"])):
+            steps = [e["step"] for e in r["evals"]]
+            losses = [e["eval_loss"] for e in r["evals"]]
+            kw = dict(color=colors[name], marker="o", ms=3, alpha=0.85, label=LABEL[name] if i == 0 else None)
+            a.plot(steps, losses, **kw)
+            b.plot([e["train_s"] for e in r["evals"]], losses, **kw)
+    a.set_xlabel("optimizer step")
+    b.set_xlabel("training time (s, evaluation excluded)")
+    for ax in (a, b):
+        ax.set_ylabel("eval loss (nats/token)")
+        ax.grid(alpha=0.3)
+    a.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_stability(runs: list[dict], out: Path) -> Path:
+    """Train loss per step (moving mean of 5) for each stability run."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in sorted(runs, key=lambda r: (r["spec"]["lr"], r["spec"]["repacking"], r["spec"]["schedule"])):
+        s = r["spec"]
+        y = [x["loss"] for x in r["steps"]]
+        y = [statistics.fmean(y[max(0, i - 4):i + 1]) for i in range(len(y))]
+        ax.plot(range(1, len(y) + 1), y, ls="--" if s["repacking"] else "-",
+                label=f"{LABEL[s['schedule']]}, lr {s['lr']:g}, repacking {'on' if s['repacking'] else 'off'}")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("train loss (moving mean of 5)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_step_time(rows: list[dict], out: Path) -> Path:
+    """Step time vs k/L for LCSB and freeze, with full backprop, forward and the ideal line, per quant."""
+    plt = _plt()
+    quants = sorted({r["quant"] for r in rows})
+    fig, axes = plt.subplots(1, len(quants), figsize=(5.5 * len(quants), 4), squeeze=False)
+    for ax, q in zip(axes[0], quants):
+        rs = [r for r in rows if r["quant"] == q and not r["checkpointing"]]
+        full = next(r for r in rs if r["schedule"] == "full")
+        fwd = next(r for r in rs if r["schedule"] == "forward")
+        for name, style in (("lcsb", "o-"), ("freeze", "s-")):
+            pts = sorted((r["k"] / r["layers"], r["step_s"]) for r in rs if r["schedule"] == name)
+            ax.plot(*zip(*pts), style, label=name if name == "freeze" else "LCSB cyclic")
+        xs = [0, 1]
+        ax.plot(xs, [fwd["step_s"] + x * (full["step_s"] - fwd["step_s"]) for x in xs], ":", color="gray",
+                label="ideal: forward + (k/L) backward")
+        ax.axhline(full["step_s"], color="C3", ls="--", label="full backprop")
+        ax.axhline(fwd["step_s"], color="k", ls="-.", label="forward alone")
+        ax.set_xlabel("k / L (decoder layers back-propagated per step)")
+        ax.set_ylabel("step time (s)")
+        ax.set_title(f"{rows[0]['model']} {q}")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time"])
+    ap.add_argument("source", help="results folder (or the step-time JSON file)")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--plots", default="", help="folder for PNG plots")
+    args = ap.parse_args(argv)
+    plots = Path(args.plots) if args.plots else None
+    if plots:
+        plots.mkdir(parents=True, exist_ok=True)
+    if args.table == "step-time":
+        rows = json.loads(Path(args.source).read_text())
+        if plots:
+            print(plot_step_time(rows, plots / "step_time_vs_k.png"))
+        return
+    runs = load_runs(Path(args.source))
+    if args.table == "stability":
+        print(stability_table(runs))
+        if plots:
+            print(plot_stability(runs, plots / "stability_train_loss.png"))
+        return
+    print(equal_steps_table(runs, args.steps, perplexity=args.table == "wikitext"))
+    print()
+    print(equal_time_table(runs, args.steps))
+    if args.table == "gsm8k":
+        print()
+        print(momentum_table(runs, args.steps))
+    if plots:
+        print(plot_eval_curves(runs, plots / f"{args.table}_eval_loss.png",
+                               f"SmolLM2-135M NF4, {args.table}: eval loss vs step and vs training time"))
+        cyc = next((r for r in runs if r["spec"]["schedule"] == "cyclic" and r["spec"]["seed"] == 0), None)
+        if cyc and (Path(cyc["run_dir"]) / "selection_history.jsonl").exists():
+            from lcsb_core.plots import plot_selection_heatmap
+
+            print(plot_selection_heatmap(Path(cyc["run_dir"]) / "selection_history.jsonl",
+                                         plots / f"{args.table}_selection_heatmap.png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -93,13 +93,13 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
     full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
     metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
     out = [f"| schedule | k/L | seeds | {metric} at step {steps} | vs full (same seed) | token accuracy | "
-           "train s/step | peak RSS (MiB) | exact match (greedy, seed 0) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "train s/step (mean) | train s/step (median) | peak RSS (MiB) | exact match (greedy, seed 0) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     base = next((e for r in runs for e in r["evals"] if e["step"] == 0), None)
     if base:
         em = next((e for r in runs for e in r["evals"] if e["step"] == 0 and "exact_match" in e), None)
         out.append(f"| base model (no training) | | | {_metric(base['eval_loss'], perplexity)} | | "
-                   f"{base['eval_token_accuracy']:.4f} | | | {_em(em)} |")
+                   f"{base['eval_token_accuracy']:.4f} | | | | {_em(em)} |")
     for name in ORDER:
         rs = [r for r in groups.get(name, []) if eval_at(r, steps)]
         if not rs:
@@ -114,6 +114,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
             "" if name == "full" else mean_sd([100 * x for x in rel], "{:+.2f} %"),
             mean_sd([e["eval_token_accuracy"] for e in evs]),
             mean_sd([seconds_at(r, steps) / steps for r in rs], "{:.3f}"),
+            mean_sd([statistics.median(x["step_time_s"] for x in r["steps"][:steps]) for r in rs], "{:.3f}"),
             f"{max(r['peak_memory_mib'] for r in rs):.0f}",
             _em(em),
         ]) + " |")
@@ -167,15 +168,16 @@ def momentum_table(runs: list[dict], steps: int) -> str:
     return "\n".join(out)
 
 
-def stability_table(runs: list[dict]) -> str:
-    """One row per run: learning rate, schedule, bitsandbytes CPU repacking, eval losses, train loss."""
+def stability_table(runs: list[dict], steps: int) -> str:
+    """One row per run (its first `steps` steps): learning rate, schedule, bitsandbytes CPU repacking,
+    eval losses, train loss."""
     out = ["| lr | schedule | bnb CPU repacking | seed | eval loss by step | last-10-step train loss | max train loss |",
            "|---|---|---|---|---|---|---|"]
     key = lambda r: (r["spec"]["lr"], r["spec"]["repacking"], ORDER.index(r["spec"]["schedule"]), r["spec"]["seed"])  # noqa: E731
     for r in sorted(runs, key=key):
         s = r["spec"]
-        losses = [x["loss"] for x in r["steps"]]
-        evals = ", ".join(f"{e['step']}: {e['eval_loss']:.3f}" for e in r["evals"])
+        losses = [x["loss"] for x in r["steps"][:steps]]
+        evals = ", ".join(f"{e['step']}: {e['eval_loss']:.3f}" for e in r["evals"] if e["step"] <= steps)
         out.append(f"| {s['lr']:g} | {LABEL[s['schedule']]} | {'on (bug)' if s['repacking'] else 'off (fixed)'} | "
                    f"{s['seed']} | {evals} | {statistics.fmean(losses[-10:]):.3f} | {max(losses):.2f} |")
     return "\n".join(out)
@@ -216,13 +218,13 @@ def plot_eval_curves(runs: list[dict], out: Path, title: str) -> Path:
     return out
 
 
-def plot_stability(runs: list[dict], out: Path) -> Path:
+def plot_stability(runs: list[dict], out: Path, steps: int) -> Path:
     """Train loss per step (moving mean of 5) for each stability run."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for r in sorted(runs, key=lambda r: (r["spec"]["lr"], r["spec"]["repacking"], r["spec"]["schedule"])):
         s = r["spec"]
-        y = [x["loss"] for x in r["steps"]]
+        y = [x["loss"] for x in r["steps"][:steps]]
         y = [statistics.fmean(y[max(0, i - 4):i + 1]) for i in range(len(y))]
         ax.plot(range(1, len(y) + 1), y, ls="--" if s["repacking"] else "-",
                 label=f"{LABEL[s['schedule']]}, lr {s['lr']:g}, repacking {'on' if s['repacking'] else 'off'}")
@@ -269,7 +271,7 @@ def plot_step_time(rows: list[dict], out: Path) -> Path:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time"])
-    ap.add_argument("source", help="results folder (or the step-time JSON file)")
+    ap.add_argument("source", nargs="+", help="results folder(s) (or the step-time JSON file)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--plots", default="", help="folder for PNG plots")
     args = ap.parse_args(argv)
@@ -277,15 +279,18 @@ def main(argv=None) -> None:
     if plots:
         plots.mkdir(parents=True, exist_ok=True)
     if args.table == "step-time":
-        rows = json.loads(Path(args.source).read_text())
+        rows = [r for src in args.source for r in json.loads(Path(src).read_text())]
         if plots:
             print(plot_step_time(rows, plots / "step_time_vs_k.png"))
         return
-    runs = load_runs(Path(args.source))
+    runs = [r for src in args.source for r in load_runs(Path(src))]
     if args.table == "stability":
-        print(stability_table(runs))
+        # reference runs from the quality grid: seed 0, momentum on, the same lr, full / cyclic / freeze
+        runs = [r for r in runs if r["spec"]["seed"] == 0 and r["spec"]["momentum"]
+                and r["spec"]["schedule"] in ("full", "cyclic", "freeze")]
+        print(stability_table(runs, args.steps))
         if plots:
-            print(plot_stability(runs, plots / "stability_train_loss.png"))
+            print(plot_stability(runs, plots / "stability_train_loss.png", args.steps))
         return
     print(equal_steps_table(runs, args.steps, perplexity=args.table == "wikitext"))
     print()

@@ -24,13 +24,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ORDER = ["full", "freeze", "cyclic", "random"]
-LABEL = {"full": "full backprop", "freeze": "freeze (top k layers)", "cyclic": "LCSB cyclic",
+LABEL = {"full": "full backprop", "freeze": "freeze (cyclic blocks, exact gradient)", "cyclic": "LCSB cyclic",
          "random": "LCSB random"}
 
 
 def load_runs(folder: Path) -> list[dict]:
-    """Every run result (`*.json`) in `folder`."""
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    """Every run result (`*.json`) in `folder`. A run marked `clean_steps` (its later steps were timed
+    while another process shared the CPU; see its `note`) is cut to its first `clean_steps` steps."""
+    runs = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    for r in runs:
+        if "clean_steps" in r:
+            n = r["clean_steps"]
+            r["steps"] = r["steps"][:n]
+            r["evals"] = [e for e in r["evals"] if e["step"] <= n]
+    return runs
 
 
 def eval_at(run: dict, step: int) -> dict | None:
@@ -93,7 +100,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
     full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
     metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
     out = [f"| schedule | k/L | seeds | {metric} at step {steps} | vs full (same seed) | token accuracy | "
-           "train s/step (mean) | train s/step (median) | peak RSS (MiB) | exact match (greedy, seed 0) |",
+           "train s/step (mean) | train s/step (median) | step peak RSS, median / max (MiB) | exact match (greedy, seed 0) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     base = next((e for r in runs for e in r["evals"] if e["step"] == 0), None)
     if base:
@@ -115,7 +122,8 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
             mean_sd([e["eval_token_accuracy"] for e in evs]),
             mean_sd([seconds_at(r, steps) / steps for r in rs], "{:.3f}"),
             mean_sd([statistics.median(x["step_time_s"] for x in r["steps"][:steps]) for r in rs], "{:.3f}"),
-            f"{max(r['peak_memory_mib'] for r in rs):.0f}",
+            f"{statistics.median(x['peak_mib'] for r in rs for x in r['steps'][:steps]):.0f} / "
+            f"{max(x['peak_mib'] for r in rs for x in r['steps'][:steps]):.0f}",
             _em(em),
         ]) + " |")
     return "\n".join(out)

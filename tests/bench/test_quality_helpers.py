@@ -74,7 +74,7 @@ def _run(schedule, seed, evals, step_time, steps):
             "k": 8 if schedule != "full" else 30, "num_layers": 30, "peak_memory_mib": 1000.0,
             "evals": [{"step": s, "train_s": s * step_time, "eval_loss": loss, "eval_token_accuracy": 0.6}
                       for s, loss in evals],
-            "steps": [{"step": i + 1, "loss": 1.0, "step_time_s": step_time} for i in range(steps)]}
+            "steps": [{"step": i + 1, "loss": 1.0, "step_time_s": step_time, "peak_mib": 900.0} for i in range(steps)]}
 
 
 def test_equal_steps_and_equal_time_tables_compare_against_full_of_the_same_seed():

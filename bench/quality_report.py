@@ -78,7 +78,7 @@ def mean_sd(values: list[float], fmt: str = "{:.4f}") -> str:
         return ""
     if len(values) == 1:
         return fmt.format(values[0])
-    return f"{fmt.format(statistics.fmean(values))} ± {fmt.format(statistics.stdev(values))}"
+    return f"{fmt.format(statistics.fmean(values))} ± {fmt.replace('+', '').format(statistics.stdev(values))}"
 
 
 def curve(run: dict) -> list[tuple[float, float]]:
@@ -141,9 +141,9 @@ def equal_time_table(runs: list[dict], steps: int) -> str:
     """Per seed: full backprop's final eval loss and training time; for each other schedule the time it
     took to reach that loss (and the ratio), and its eval loss at full backprop's training time."""
     groups = by_schedule(runs)
-    out = ["| seed | full: eval loss at step {0} | full: train s | schedule | steps run | reached full's loss at (s) "
-           "| time vs full | eval loss at full's train time |".format(steps),
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| seed | full: eval loss at step {0} | full: train s | schedule | steps run | step time vs full "
+           "| reached full's loss at (s) | time vs full | eval loss at full's train time |".format(steps),
+           "|---|---|---|---|---|---|---|---|---|"]
     for full_run in sorted(groups.get("full", []), key=lambda r: r["spec"]["seed"]):
         seed = full_run["spec"]["seed"]
         target, t_full = eval_at(full_run, steps)["eval_loss"], seconds_at(full_run, steps)
@@ -151,7 +151,9 @@ def equal_time_table(runs: list[dict], steps: int) -> str:
             for r in (r for r in groups.get(name, []) if r["spec"]["seed"] == seed):
                 t = time_to_reach(curve(r), target)
                 at = value_at_time(curve(r), t_full)
-                out.append(f"| {seed} | {target:.4f} | {t_full:.0f} | {LABEL[name]} | {r['spec']['steps']} | "
+                n = min(steps, len(r["steps"]))
+                speed = (t_full / steps) / (seconds_at(r, n) / n)
+                out.append(f"| {seed} | {target:.4f} | {t_full:.0f} | {LABEL[name]} | {len(r['steps'])} | {speed:.2f}x faster | "
                            f"{'not reached' if t is None else f'{t:.0f}'} | {'' if t is None else f'{t / t_full:.2f}x'} | "
                            f"{'' if at is None else f'{at:.4f}'} |")
     return "\n".join(out)

@@ -128,9 +128,9 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
     release_free_memory(device)
     idle = current_mib(device)
 
-    def step(selected, skip_mode, ckpt, t=[0]):
+    def step(selected, skip_mode, ckpt, t=[0], momentum=True):
         sel.skip_mode, sel.gradient_checkpointing = skip_mode, ckpt
-        run_step(model, sel, opt, [batch], selected, step=t[0], momentum_for_skipped=True, max_grad_norm=1.0)
+        run_step(model, sel, opt, [batch], selected, step=t[0], momentum_for_skipped=momentum, max_grad_norm=1.0)
         t[0] += 1
 
     def forward_only():
@@ -162,6 +162,10 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             row("freeze", k, ckpt, lambda: step(cyc.layers_for_step(next(counter)), LayerMode.FROZEN, ckpt))
             counter2 = iter(range(10**9))
             row("lcsb", k, ckpt, lambda: step(cyc.layers_for_step(next(counter2)), LayerMode.SKIP, ckpt))
+            if args.momentum_off_rows:
+                counter3 = iter(range(10**9))
+                row("lcsb-momentum-off", k, ckpt,
+                    lambda: step(cyc.layers_for_step(next(counter3)), LayerMode.SKIP, ckpt, momentum=False))
     release_free_memory(device)
     return rows
 
@@ -178,7 +182,7 @@ def table(rows: list[dict]) -> str:
                        and x["checkpointing"] == r["checkpointing"]), None)
         ideal = fwd["step_s"] + r["k"] / r["layers"] * (full["step_s"] - fwd["step_s"]) if full else None
         show = lambda v, f: f.format(v) if v is not None else ""  # noqa: E731
-        is_lcsb = r["schedule"] == "lcsb"
+        is_lcsb = r["schedule"].startswith("lcsb")
         out.append("| " + " | ".join([
             r["model"], r["quant"], r["schedule"], f"{r['k']}/{r['layers']}", "on" if r["checkpointing"] else "off",
             f"{r['step_s']:.3f}",
@@ -208,6 +212,8 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
     ap.add_argument("--json", default="", help="also write rows to this JSON file")
+    ap.add_argument("--momentum-off-rows", action="store_true",
+                    help="add an LCSB row with momentum_for_skipped off (None grads: AdamW skips those layers)")
     args = ap.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.checkpointing = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]

@@ -99,7 +99,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
     groups = by_schedule(runs)
     full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
     metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
-    out = [f"| schedule | k/L | seeds | {metric} at step {steps} | vs full (same seed) | token accuracy | "
+    out = [f"| schedule | k/L | seeds | {metric} at step {steps} | eval loss vs full (same seed) | token accuracy | "
            "train s/step (mean) | train s/step (median) | step peak RSS, median / max (MiB) | exact match (greedy, seed 0) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     base = next((e for r in runs for e in r["evals"] if e["step"] == 0), None)

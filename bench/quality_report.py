@@ -97,16 +97,18 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
     """Per schedule, over seeds: eval loss (or perplexity) at `steps`, vs full, token accuracy, seconds
     per step, peak memory, and exact match where decoded."""
     groups = by_schedule(runs)
+    decoded = any("exact_match" in e for r in runs for e in r["evals"])
     full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
     metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
     out = [f"| schedule | k/L | seeds | {metric} at step {steps} | eval loss vs full (same seed) | token accuracy | "
-           "train s/step (mean) | train s/step (median) | step peak RSS, median / max (MiB) | exact match (greedy, seed 0) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "train s/step (mean) | train s/step (median) | step peak RSS, median / max (MiB) |"
+           + (" exact match (greedy, seed 0) |" if decoded else ""),
+           "|---" * (9 + decoded) + "|"]
     base = next((e for r in runs for e in r["evals"] if e["step"] == 0), None)
     if base:
         em = next((e for r in runs for e in r["evals"] if e["step"] == 0 and "exact_match" in e), None)
         out.append(f"| base model (no training) | | | {_metric(base['eval_loss'], perplexity)} | | "
-                   f"{base['eval_token_accuracy']:.4f} | | | | {_em(em)} |")
+                   f"{base['eval_token_accuracy']:.4f} | | | |" + (f" {_em(em)} |" if decoded else ""))
     for name in ORDER:
         rs = [r for r in groups.get(name, []) if eval_at(r, steps)]
         if not rs:
@@ -124,8 +126,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
             mean_sd([statistics.median(x["step_time_s"] for x in r["steps"][:steps]) for r in rs], "{:.3f}"),
             f"{statistics.median(x['peak_mib'] for r in rs for x in r['steps'][:steps]):.0f} / "
             f"{max(x['peak_mib'] for r in rs for x in r['steps'][:steps]):.0f}",
-            _em(em),
-        ]) + " |")
+        ] + ([_em(em)] if decoded else [])) + " |")
     return "\n".join(out)
 
 

@@ -14,7 +14,6 @@ reference. LoRA B is set to small random values so every LoRA parameter has a gr
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -22,14 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcsb_core.config import LoraSettings  # noqa: E402
-from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches  # noqa: E402
-from lcsb_core.lora import apply_lora  # noqa: E402
+from bench.probe_model import gsm8k_batches, nf4_lora_with_random_b, smollm2_tokenizer_and_path  # noqa: E402
 from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_model_path  # noqa: E402
 from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def layer_grads(model, sel: SelectiveBackprop, batch, selected) -> dict[int, torch.Tensor]:
@@ -52,24 +46,13 @@ def main() -> None:
     import bitsandbytes as bnb
     from bitsandbytes.functional import has_avx512bf16
 
-    path = resolve_model_path("SmolLM2-135M-Instruct")
-    tokenizer = load_tokenizer(path)
-    rows = [json.loads(x) for x in (DATA / "gsm8k" / "train.jsonl").read_text().splitlines()[:4]]
-    tmp = Path("runs/bench_repacking.jsonl")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text("".join(json.dumps(gsm8k_to_chat(r)) + "\n" for r in rows))
-    ds = build_dataset(tmp, tokenizer, max_seq_len=384, min_examples=1)
-    batch = next(iter_batches(ds, 4, seed=0, epoch=0, pad_token_id=tokenizer.pad_token_id, shuffle=False))
+    tokenizer, path = smollm2_tokenizer_and_path()
+    batch = gsm8k_batches(tokenizer, 4, Path("runs/bench_repacking.jsonl"))[0]
     print(f"bitsandbytes {bnb.__version__}, CPU has AVX512-BF16: {bool(has_avx512bf16())}")
     for label, mode, selected in (("full backprop", LayerMode.SKIP, range(30)),
                                   ("LCSB block 0-7", LayerMode.SKIP, range(0, 8)),
                                   ("LCSB block 22-29", LayerMode.SKIP, range(22, 30))):
-        base = load_base_model(path, quantization="nf4", device=torch.device("cpu"))
-        model = apply_lora(base, LoraSettings(rank=16, alpha=32), seed=0)
-        torch.manual_seed(0)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                torch.nn.init.normal_(p, std=1e-3)
+        model = nf4_lora_with_random_b(path)
         for m in model.modules():
             if isinstance(m, bnb.nn.Linear4bit):
                 m.support_avx512bf16_for_cpu = bool(has_avx512bf16())  # bitsandbytes' default

@@ -204,6 +204,14 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, out: Path) -> Path:
+    """Lay out, write `out` as PNG (110 dpi), close the figure."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_eval_curves(runs: list[dict], out: Path, title: str) -> Path:
     """Eval loss vs optimizer step (left) and vs training seconds (right), one line per run."""
     plt = _plt()
@@ -223,10 +231,7 @@ def plot_eval_curves(runs: list[dict], out: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
     a.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def plot_stability(runs: list[dict], out: Path, steps: int) -> Path:
@@ -244,10 +249,7 @@ def plot_stability(runs: list[dict], out: Path, steps: int) -> Path:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def plot_step_time(rows: list[dict], out: Path) -> Path:
@@ -273,10 +275,7 @@ def plot_step_time(rows: list[dict], out: Path) -> Path:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def main(argv=None) -> None:

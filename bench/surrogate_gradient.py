@@ -13,7 +13,6 @@ LoRA parameter has a gradient (at initialization B = 0 and A gets none).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -21,15 +20,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcsb_core.config import LoraSettings  # noqa: E402
-from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches  # noqa: E402
-from lcsb_core.lora import apply_lora  # noqa: E402
+from bench.probe_model import gsm8k_batches, nf4_lora_with_random_b, smollm2_tokenizer_and_path  # noqa: E402
 from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_model_path  # noqa: E402
 from lcsb_core.schedules import CyclicSchedule  # noqa: E402
 from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def block_grad(model, sel: SelectiveBackprop, batch, block, mode: LayerMode) -> torch.Tensor:
@@ -44,20 +38,9 @@ def block_grad(model, sel: SelectiveBackprop, batch, block, mode: LayerMode) -> 
 
 
 def main() -> None:
-    path = resolve_model_path("SmolLM2-135M-Instruct")
-    tokenizer = load_tokenizer(path)
-    rows = [json.loads(x) for x in (DATA / "gsm8k" / "train.jsonl").read_text().splitlines()[:12]]
-    tmp = Path("runs/bench_surrogate.jsonl")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text("".join(json.dumps(gsm8k_to_chat(r)) + "\n" for r in rows))
-    ds = build_dataset(tmp, tokenizer, max_seq_len=384, min_examples=1)
-    batches = list(iter_batches(ds, 4, seed=0, epoch=0, pad_token_id=tokenizer.pad_token_id, shuffle=False))
-    model = apply_lora(load_base_model(path, quantization="nf4", device=torch.device("cpu")),
-                       LoraSettings(rank=16, alpha=32), seed=0)
-    torch.manual_seed(0)
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=1e-3)
+    tokenizer, path = smollm2_tokenizer_and_path()
+    batches = gsm8k_batches(tokenizer, 12, Path("runs/bench_surrogate.jsonl"))
+    model = nf4_lora_with_random_b(path)
     sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
     blocks = [sorted(CyclicSchedule(sel.num_layers, 8).layers_for_step(t)) for t in range(4)]
     sizes = [sum(p.numel() for p in sel.params_by_layer[i]) for i in range(sel.num_layers)]

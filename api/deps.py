@@ -1,12 +1,20 @@
 """Typed dependencies: routes read like their signatures.
 
-    def get_job(job: JobDep, session: SessionDep) -> JobObject: ...
+    def cancel(job: JobDep, session: SessionDep) -> JobObject: ...
 
-`SessionDep` is the request's one unit of work: committed when the route returns (before the response
-is sent), rolled back on an error; actions registered with `db.after_commit` (sending a job to its
-queue, deleting a stored object) run only after that commit. `OwnerDep` authenticates the bearer key
-(401). `FileDep` / `JobDep` load an object of the caller's: a missing id and another owner's id both
-answer 404.
+`SessionDep` is the route's unit of work: committed when the route returns (before the response is
+sent), rolled back on an error; actions registered with `db.after_commit` (sending a job to its queue,
+deleting a stored object) run only after that commit. `OwnerDep` authenticates the bearer key (401).
+`FileDep` / `JobDep` authenticate and load an object of the caller's in one step: a missing id and
+another owner's id both answer 404.
+
+Connections are never held while a request waits: FastAPI runs each sync dependency and the route in
+its own worker-thread hop, so every hop that reads the database opens and closes its own short
+session (`OwnerDep`, `FileDep`, `JobDep`: one hop each; the route's `SessionDep` is used inside the
+route's hop and committed without waiting for a thread). The objects they return are detached (loaded
+columns stay readable). With at most `Settings.api_max_concurrency` requests admitted
+(`api.admission`) and a pool sized for them (`Settings.db_pool_size`), a request never waits for a
+connection that another request holds while it waits for a thread.
 """
 
 from __future__ import annotations
@@ -63,27 +71,42 @@ def get_session(db: DatabaseDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def get_owner(session: SessionDep, settings: SettingsDep,
-              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Owner:
-    """The owner of the bearer key. Raises AuthenticationFailed (401)."""
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _owner(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Owner:
     key = credentials.credentials if credentials else None
     return owner_for_key(session, settings.secret_key.get_secret_value(), key)
+
+
+def get_owner(db: DatabaseDep, settings: SettingsDep, credentials: CredentialsDep) -> Owner:
+    """The owner of the bearer key (read in a session of its own). Raises AuthenticationFailed (401)."""
+    with db.session() as session:
+        return _owner(session, settings, credentials)
 
 
 OwnerDep = Annotated[Owner, Depends(get_owner)]
 
 
-def get_file(file_id: Annotated[str, Path(max_length=64)], session: SessionDep, owner: OwnerDep) -> File:
-    """The caller's file `file_id`. Raises NotFound (404) for a missing or foreign id."""
-    row = session.get(File, file_id) if looks_like_id(file_id) else None
+def get_file(file_id: Annotated[str, Path(max_length=64)], db: DatabaseDep, settings: SettingsDep,
+             credentials: CredentialsDep) -> File:
+    """The caller's file `file_id` (detached). Raises AuthenticationFailed (401); NotFound (404) for a
+    missing or foreign id."""
+    with db.session() as session:
+        owner = _owner(session, settings, credentials)
+        row = session.get(File, file_id) if looks_like_id(file_id) else None
     if row is None or row.owner_id != owner.id:
         raise NotFound(f"no such file: {file_id}", code="file_not_found", param="file_id")
     return row
 
 
-def get_job(fine_tuning_job_id: Annotated[str, Path(max_length=64)], session: SessionDep, owner: OwnerDep) -> Job:
-    """The caller's job. Raises NotFound (404) for a missing or foreign id."""
-    job = session.get(Job, fine_tuning_job_id) if looks_like_id(fine_tuning_job_id) else None
+def get_job(fine_tuning_job_id: Annotated[str, Path(max_length=64)], db: DatabaseDep, settings: SettingsDep,
+            credentials: CredentialsDep) -> Job:
+    """The caller's job (detached). Raises AuthenticationFailed (401); NotFound (404) for a missing or
+    foreign id."""
+    with db.session() as session:
+        owner = _owner(session, settings, credentials)
+        job = session.get(Job, fine_tuning_job_id) if looks_like_id(fine_tuning_job_id) else None
     if job is None or job.owner_id != owner.id:
         raise NotFound(f"no such fine-tuning job: {fine_tuning_job_id}", code="job_not_found",
                        param="fine_tuning_job_id")

@@ -1,6 +1,9 @@
 """Prometheus metrics on `/metrics`: request count and latency by route template and status, upload
-bytes, jobs created, and jobs by status (read from the database at scrape time). One registry per app
-(so tests can build several apps in one process)."""
+bytes, jobs created, jobs by status (read from the database at scrape time), and the admission queue.
+One registry per app (so tests can build several apps in one process).
+
+Every label comes from a closed set, so no request can add series: `method` is one of `METHODS` or
+`other`, `route` a route template of the app or `unmatched`, `status` a class (`2xx` ... `5xx`)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ class ServiceMetrics:
 
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("lcsb_http_requests", "HTTP requests", ["method", "route", "status"],
+        self.requests = Counter("lcsb_http_requests", "HTTP requests by status class", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("lcsb_http_request_duration_seconds", "HTTP request latency (s), to the "
                                  "response start", ["method", "route"], registry=self.registry)
@@ -63,12 +66,20 @@ class MetricsMiddleware:
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
-                route = getattr(scope.get("route"), "path", "unmatched")
-                self.metrics.latency.labels(scope["method"], route).observe(time.perf_counter() - start)
+                self.metrics.latency.labels(*_labels(scope)).observe(time.perf_counter() - start)
             await send(message)
 
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], route, str(status[0])).inc()
+            self.metrics.requests.labels(*_labels(scope), f"{status[0] // 100}xx").inc()
+
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _labels(scope: Scope) -> tuple[str, str]:
+    """(method, route template): both from closed sets (an invented method is `other`; a path that
+    matched no route is `unmatched`)."""
+    method = scope["method"] if scope["method"] in METHODS else "other"
+    return method, getattr(scope.get("route"), "path", "unmatched")

@@ -25,14 +25,21 @@ _AFTER_COMMIT = "lcsb_after_commit"
 log = logging.getLogger(__name__)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for `url`; for SQLite, creates the file's folder and sets the connection pragmas."""
+def make_engine(url: str, *, pool_size: int | None = None, pool_timeout_s: float = 30.0) -> Engine:
+    """An engine for `url`; for SQLite, creates the file's folder and sets the connection pragmas.
+
+    `pool_size`: a fixed pool of that many connections (no overflow), waited for at most
+    `pool_timeout_s` seconds (then `sqlalchemy.exc.TimeoutError`); None keeps SQLAlchemy's default
+    (5 + 10 overflow).
+    """
     parsed = make_url(url)
+    pool = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": pool_timeout_s}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, **pool)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+                           **pool)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API connection
@@ -74,10 +81,10 @@ def discard_after_commit(session: Session) -> None:
 
 
 class Database:
-    """An engine plus a session factory."""
+    """An engine plus a session factory (`pool_size`, `pool_timeout_s`: see `make_engine`)."""
 
-    def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
+    def __init__(self, url: str, *, pool_size: int | None = None, pool_timeout_s: float = 30.0) -> None:
+        self.engine = make_engine(url, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

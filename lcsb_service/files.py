@@ -9,13 +9,16 @@ template, so the worker measures them (same validator, with the tokenizer) befor
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import BinaryIO
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.validator import validate_file
+from lcsb_service.db import Database
 from lcsb_service.errors import InvalidRequest, PayloadTooLarge
 from lcsb_service.ids import new_id, utcnow
 from lcsb_service.models import File
@@ -23,6 +26,8 @@ from lcsb_service.settings import Settings
 from lcsb_service.storage import Storage
 
 FINE_TUNE, RESULTS = "fine-tune", "fine-tune-results"
+PARTIAL_SUFFIX = ".partial"
+log = logging.getLogger(__name__)
 UPLOAD_SUFFIXES = (".jsonl", ".json", ".txt", ".text")
 
 
@@ -48,6 +53,10 @@ def store_upload(session: Session, storage: Storage, settings: Settings, *, owne
                  purpose: str, stream: BinaryIO) -> File:
     """Stream an uploaded dataset to storage, validate it and add its row (flushed, not committed).
 
+    The bytes go to `files/<id>.partial` and are renamed to `files/<id>` once complete and validated;
+    a process killed before that leaves only a `.partial` object, and one killed between the rename and
+    the commit an object with no row: `sweep_orphan_uploads` removes both.
+
     A file that fails validation is still stored, with status `error`, `status_details` naming the
     first bad lines, and the full report in `validation`; jobs refuse it.
 
@@ -61,15 +70,21 @@ def store_upload(session: Session, storage: Storage, settings: Settings, *, owne
     name = Path(filename or "").name
     if not name or Path(name).suffix.lower() not in UPLOAD_SUFFIXES or not name.isprintable() or len(name) > 255:
         raise InvalidRequest(f"the file name must be printable, at most 255 characters, and end in one of "
-                             f"{', '.join(UPLOAD_SUFFIXES)}; got {filename!r}",
+                             f"{', '.join(UPLOAD_SUFFIXES)}; got {filename!r} (uploading bytes with the openai "
+                             "client? pass a name with them: file=('train.jsonl', data))",
                              code="invalid_file_name", param="file")
     file_id = new_id("file")
-    key = f"files/{file_id}"
-    size, sha = _copy_capped(stream, storage, key, settings.max_upload_bytes, settings.upload_chunk_bytes)
+    key, partial = f"files/{file_id}", f"files/{file_id}{PARTIAL_SUFFIX}"
+    size, sha = _copy_capped(stream, storage, partial, settings.max_upload_bytes, settings.upload_chunk_bytes)
     limits = ValidationLimits(max_bytes=settings.max_upload_bytes, min_examples=settings.min_examples)
     kind = "txt" if Path(name).suffix.lower() in (".txt", ".text") else "jsonl"
-    with storage.local_copy(key) as local:
-        report = validate_file(local, limits=limits, file_type=kind)
+    try:
+        with storage.local_copy(partial) as local:
+            report = validate_file(local, limits=limits, file_type=kind)
+        storage.rename(partial, key)
+    except BaseException:
+        storage.delete(partial)
+        raise
     validation = report.to_dict()
     validation["path"] = name  # never expose the storage path
     row = File(id=file_id, owner_id=owner_id, filename=name, purpose=purpose, bytes=size, sha256=sha,
@@ -98,3 +113,28 @@ def register_result_file(session: Session, storage: Storage, *, owner_id: str, j
     session.add(row)
     session.flush()
     return row
+
+
+def sweep_orphan_uploads(db: Database, storage: Storage, stale_after_s: float) -> list[str]:
+    """Remove uploads left behind by a killed API process: `files/*.partial` objects and `files/<id>`
+    objects with no file row, each only once it has not been written for `stale_after_s` seconds (an
+    upload in progress in another API process keeps writing). Returns the removed keys. Storage or
+    database errors are logged, not raised (the API starts anyway; the next start retries).
+    """
+    removed = []
+    try:
+        for key, age_s in storage.list_with_age("files"):
+            if age_s < stale_after_s:
+                continue
+            name = key.rsplit("/", 1)[-1]
+            if not name.endswith(PARTIAL_SUFFIX):
+                with db.session() as s:
+                    if s.scalar(select(File.id).where(File.storage_key == key)) is not None:
+                        continue
+            storage.delete(key)
+            removed.append(key)
+    except Exception:  # noqa: BLE001 - a sweep must not stop the API from starting
+        log.warning("sweeping orphan uploads failed", exc_info=True)
+    if removed:
+        log.info("removed %d upload objects left by an interrupted upload", len(removed))
+    return removed

@@ -62,13 +62,27 @@ class Settings(BaseSettings):
 
     sse_poll_interval_s: float = Field(default=1.0, gt=0)
     sse_max_duration_s: float = Field(default=3600.0, gt=0)
+
+    # API concurrency, sized together (`api.admission`, `api.main`): at most `api_max_concurrency`
+    # requests are handled at once, each using at most one database connection at a time; up to
+    # `api_max_waiting` more wait for a slot (holding no thread or connection) for at most
+    # `api_queue_timeout_s`, the rest are answered 503 with `Retry-After: api_retry_after_s`. Open
+    # event streams poll with at most `sse_poll_concurrency` connections at once. The API's pool is
+    # `db_pool_size` connections (no overflow), and it waits `db_pool_timeout_s` at most for one.
+    api_max_concurrency: int = Field(default=32, ge=1, le=1000)
+    api_max_waiting: int = Field(default=1024, ge=0)
+    api_queue_timeout_s: float = Field(default=5.0, ge=0)
+    api_retry_after_s: float = Field(default=1.0, gt=0)
+    sse_poll_concurrency: int = Field(default=4, ge=1)
+    db_pool_timeout_s: float = Field(default=10.0, gt=0)
     enqueuer: str = "worker.enqueue:CeleryEnqueuer"   # import path of an Enqueuer class
 
     # Workers (`python -m worker`). The worker serves one class of `worker_classes`: its queue, memory
     # cap and device. Time limits: at `job_time_limit_s` the training is asked to stop (error `timeout`),
     # `job_kill_grace_s` later it is killed. A `running` job whose heartbeat is older than
     # `heartbeat_timeout_s` is failed with `worker_lost` by the reaper (every `reaper_interval_s` in each
-    # worker, and at worker start), so a lost job ends within heartbeat_timeout_s + reaper_interval_s.
+    # worker and each API process, and at their start), so a lost job ends within
+    # heartbeat_timeout_s + reaper_interval_s.
     worker_queue: str | None = None                         # default: the first worker class
     worker_runs_dir: Path | None = None                     # run folders; default <data_dir>/runs
     cgroup_parent: Path | None = None                       # default: this process's memory cgroup
@@ -78,7 +92,14 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(default=15.0, gt=0)
     heartbeat_timeout_s: float = Field(default=120.0, gt=0)
     reaper_interval_s: float = Field(default=30.0, gt=0)
-    resend_queued_after_s: float = Field(default=3600.0, gt=0)  # re-send jobs still queued this long
+    # The API runs the same sweep (`api_sweeper`), so lost jobs end and lost messages are re-sent even
+    # with no worker alive. A queued job is re-sent every `resend_queued_after_s` while it waits (its
+    # message may be lost; the claim makes extra deliveries no-ops).
+    api_sweeper: bool = True
+    resend_queued_after_s: float = Field(default=30.0, gt=0)
+    # Uploads are written under a temporary name and renamed when complete; temporary objects not
+    # written for `stale_upload_after_s`, and stored uploads with no row, are removed at API start.
+    stale_upload_after_s: float = Field(default=600.0, ge=0)
     broker_visibility_timeout_s: float | None = None        # default: job_time_limit_s + grace + 1 h
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)  # merged into Celery's
 
@@ -118,6 +139,18 @@ class Settings(BaseSettings):
         from lcsb_core.models.gguf_import import model_cache_dir  # torch-free module
 
         return [model_cache_dir()]
+
+    @property
+    def db_pool_size(self) -> int:
+        """The API's database connections: one per admitted request, one per concurrent event-stream
+        poll, and two for the sweeper and `/healthz`' own check."""
+        return self.api_max_concurrency + self.sse_poll_concurrency + 2
+
+    @property
+    def api_thread_limit(self) -> int:
+        """Worker threads of the API's event loop (AnyIO's default limiter): one per admitted request
+        plus room for streamed downloads and event-stream polls."""
+        return self.api_max_concurrency + self.sse_poll_concurrency + 8
 
     @property
     def resolved_broker_folder(self) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,6 +70,27 @@ class Storage:
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self.path(key)))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move `src` to `dst` (an atomic rename on a local filesystem; copy then delete on object
+        stores, where `dst` appears only once complete)."""
+        self.fs.mv(self.path(src), self.path(dst))
+
+    def list_with_age(self, prefix: str) -> list[tuple[str, float]]:
+        """The keys directly under the folder `prefix`, each with its age in seconds since it was last
+        written; [] when the folder does not exist."""
+        folder = self.path(prefix.rstrip("/"))
+        if not self.fs.exists(folder):
+            return []
+        now = time.time()
+        out = []
+        for entry in self.fs.ls(folder, detail=True):
+            if entry.get("type") != "file":
+                continue
+            stamp = entry.get("mtime") or entry.get("LastModified") or self.fs.modified(entry["name"])  # local, S3
+            stamp = stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+            out.append((f"{prefix.rstrip('/')}/{entry['name'].rstrip('/').rsplit('/', 1)[-1]}", now - stamp))
+        return out
 
     def delete(self, key: str) -> None:
         """Remove `key` (a file or a folder of keys); a missing key is not an error."""

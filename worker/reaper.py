@@ -1,14 +1,18 @@
-"""The reaper: ends jobs whose worker is gone, and re-sends jobs that never reached a queue.
+"""The reaper: ends jobs whose worker is gone, and re-sends jobs whose message may be lost.
 
     reap_lost(db, heartbeat_timeout_s)        running, heartbeat older than the bound -> failed worker_lost
-    resend_queued(db, enqueuer, after_s)      queued and untouched for `after_s` -> sent to its queue again
+    resend_queued(db, enqueuer, after_s)      queued, last sent over `after_s` ago -> sent to its queue again
 
-Every worker runs both when it starts and then every `Settings.reaper_interval_s` in a thread
-(`start_reaper`); Celery beat can run them too (task `lcsb.reap`). Several reapers at once are safe:
-`fail` is a guarded transition and the heartbeat is re-checked under the row lock. A job whose worker
-was killed therefore ends `failed` within heartbeat_timeout_s + reaper_interval_s of its last heartbeat
-(as long as one worker is running). Its message, never acknowledged, comes back after the broker's
-visibility timeout and is then a no-op (the claim sees `failed`).
+It runs in every API process (started with the app, `api.main`), so it does not depend on any worker
+being alive, and in every worker (when it starts, then every `Settings.reaper_interval_s` in a thread,
+`start_reaper`); Celery beat can run it too (task `lcsb.reap`). Several reapers at once are safe: `fail`
+is a guarded transition and the heartbeat is re-checked under the row lock; a re-send is a guarded
+UPDATE of the job's clock. A job whose worker was killed therefore ends `failed` within
+heartbeat_timeout_s + reaper_interval_s of its last heartbeat, and a job whose message was lost (Redis
+restarted without persistence, or down when the job was created) is sent again within
+resend_queued_after_s + reaper_interval_s of its last send once the broker answers. A lost job's
+message, never acknowledged, may come back after the broker's visibility timeout and is then a no-op
+(the claim sees `failed`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.events import add_event
 from lcsb_service.ids import utcnow
-from lcsb_service.models import QUEUED, RUNNING, Job
+from lcsb_service.models import QUEUED, RUNNING, Job, JobEvent
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +57,38 @@ def reap_lost(db: Database, heartbeat_timeout_s: float) -> list[str]:
     return reaped
 
 
+RESENT = "Re-sent to queue"
+
+
 def resend_queued(db: Database, enqueuer: Enqueuer, after_s: float) -> list[str]:
-    """Send again every job queued and not updated for `after_s` (its first send may have failed)."""
+    """Send again every job still `queued` whose last send (`updated_at`) is older than `after_s`
+    seconds: its message may have been lost (a broker restart without persistence, a send that failed
+    while the broker was down). Returns the ids sent.
+
+    A job that legitimately waits behind others is sent again at most once per `after_s` (the guarded
+    UPDATE moves its clock, so several sweepers at once send it once); the worker's exactly-once
+    `claim` makes the extra deliveries no-ops. The first re-send of a job adds an event; later ones
+    are only logged. A failed send is logged and retried on a later pass.
+    """
     cutoff = utcnow() - timedelta(seconds=after_s)
     with db.session() as s:
         stale = list(s.execute(select(Job.id, Job.queue).where(Job.status == QUEUED, Job.updated_at < cutoff)))
-        for job_id, queue in stale:
-            s.execute(update(Job).where(Job.id == job_id, Job.status == QUEUED).values(updated_at=utcnow()))
-            add_event(s, job_id, f"Re-sent to queue {queue}: still queued after {after_s:.0f} s")
+    sent = []
+    for job_id, queue in stale:
+        with db.session() as s:
+            moved = s.execute(update(Job).where(Job.id == job_id, Job.status == QUEUED, Job.updated_at < cutoff)
+                              .values(updated_at=utcnow())).rowcount
+            if not moved:
+                continue  # claimed, cancelled or re-sent by another sweeper meanwhile
+            first = s.scalar(select(JobEvent.id).where(JobEvent.job_id == job_id,
+                                                       JobEvent.message.startswith(RESENT)).limit(1)) is None
+            if first:
+                add_event(s, job_id, f"{RESENT} {queue}: still queued after {after_s:.0f} s (sent again every "
+                                     f"{after_s:.0f} s while it waits, in case its message was lost)")
             enqueue_after_commit(s, enqueuer, job_id, queue)
-    return [job_id for job_id, _ in stale]
+        log.info("job %s: still queued, re-sent to %s", job_id, queue)
+        sent.append(job_id)
+    return sent
 
 
 def sweep(db: Database, enqueuer: Enqueuer, settings) -> None:  # noqa: ANN001 - Settings

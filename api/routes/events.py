@@ -1,6 +1,9 @@
 """Job events: cursor pages (newest first, like OpenAI) and a server-sent-event stream of the same
 events (oldest first) that resumes after `Last-Event-ID` and ends with an `event: done` once the job
-has finished and every event was sent. Uses FastAPI's own SSE support (`fastapi.sse`)."""
+has finished and every event was sent. Uses FastAPI's own SSE support (`fastapi.sse`).
+
+A stream holds no database connection while open: each poll is a short session of its own, and the
+polls of all open streams share `Settings.sse_poll_concurrency` connections."""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ from collections.abc import AsyncIterable
 from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sqlalchemy import select
-from starlette.concurrency import run_in_threadpool
 
 from api.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
 from api.pagination import AfterQuery, LimitQuery, keyset_page, missing_cursor, page
@@ -42,7 +44,7 @@ def list_events(job: JobDep, session: SessionDep, limit: LimitQuery = 20, after:
     return page([EventObject.of(r) for r in rows], more)
 
 
-def resume_point(job: JobDep, session: SessionDep,
+def resume_point(job: JobDep, db: DatabaseDep,
                  last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
                  after: Annotated[str | None, Query(max_length=64, description="like Last-Event-ID")] = None) -> int:
     """The `seq` after which to stream: that of `Last-Event-ID` (or `after`), 0 without one.
@@ -50,8 +52,10 @@ def resume_point(job: JobDep, session: SessionDep,
     event_id = last_event_id or after
     if not event_id:
         return 0
-    seq = session.scalar(select(JobEvent.seq).where(JobEvent.id == event_id, JobEvent.job_id == job.id)) \
-        if looks_like_id(event_id) else None
+    seq = None
+    if looks_like_id(event_id):
+        with db.sessionmaker() as session:
+            seq = session.scalar(select(JobEvent.seq).where(JobEvent.id == event_id, JobEvent.job_id == job.id))
     if seq is None:
         raise InvalidRequest(f"Last-Event-ID: no event {event_id!r} in job {job.id}", code="invalid_last_event_id",
                              param="Last-Event-ID")
@@ -67,14 +71,15 @@ def _poll(db: Database, job_id: str, after_seq: int) -> tuple[str | None, list[J
 
 
 @router.get("/events/stream", response_class=EventSourceResponse, responses=errors(400, 401, 404))
-async def stream_events(job: JobDep, db: DatabaseDep, settings: SettingsDep,
+async def stream_events(job: JobDep, db: DatabaseDep, settings: SettingsDep, request: Request,
                         after_seq: Annotated[int, Depends(resume_point)]) -> AsyncIterable[ServerSentEvent]:
     """Server-sent events: each `data` is a `fine_tuning.job.event` object and each `id` its event id
     (send it back as `Last-Event-ID` to resume). Ends with `event: done` (data: the final status) after
     the job finished, or after `LCSB_SSE_MAX_DURATION_S` (reconnect to go on)."""
     job_id, deadline = job.id, time.monotonic() + settings.sse_max_duration_s
+    limiter = request.app.state.sse_limiter  # open streams share `sse_poll_concurrency` connections
     while True:
-        status, rows = await run_in_threadpool(_poll, db, job_id, after_seq)
+        status, rows = await anyio.to_thread.run_sync(_poll, db, job_id, after_seq, limiter=limiter)
         for row in rows:
             yield ServerSentEvent(data=EventObject.of(row).model_dump(mode="json"), id=row.id)
             after_seq = row.seq

@@ -15,19 +15,27 @@ from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
 from api.schemas.common import Page, errors
 from api.schemas.files import FileDeleted, FileObject
 from lcsb_service.db import after_commit
-from lcsb_service.errors import Conflict
+from lcsb_service.errors import Conflict, InvalidRequest
 from lcsb_service.files import store_upload
 from lcsb_service.models import TERMINAL_STATUSES, File, Job
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
 
+NOT_A_FILE_PART = ("file must be a file part with a filename, but a form text field was sent (or a part named only "
+                   "by filename*, which is not supported); with curl use -F file=@train.jsonl, not -F file=<train.jsonl")
+
+
 @router.post("", response_model=FileObject, responses=errors(400, 401, 413))
-def upload_file(file: Annotated[UploadFile, FileParam(description="a JSONL dataset (or .txt corpus)")],
+def upload_file(file: Annotated[UploadFile | str, FileParam(description="a JSONL dataset (or .txt corpus)")],
                 purpose: Annotated[str, Form(max_length=64)], session: SessionDep, owner: OwnerDep,
                 storage: StorageDep, settings: SettingsDep, metrics: MetricsDep) -> FileObject:
     """Upload a dataset. Streamed to storage in chunks (413 past `LCSB_MAX_UPLOAD_BYTES`), hashed
-    (SHA-256) and validated; a file that fails validation is kept with status `error` and its report."""
+    (SHA-256) and validated; a file that fails validation is kept with status `error` and its report.
+    A text field in place of the file part is refused (400, `param: file`): declared `UploadFile | str`
+    so that case reaches this function instead of FastAPI's generic type error."""
+    if isinstance(file, str):
+        raise InvalidRequest(NOT_A_FILE_PART, code="invalid_file", param="file")
     row = store_upload(session, storage, settings, owner_id=owner.id, filename=file.filename or "",
                        purpose=purpose, stream=file.file)
     metrics.upload_bytes.inc(row.bytes)
@@ -52,7 +60,7 @@ def list_files(session: SessionDep, owner: OwnerDep, limit: LimitQuery = 20, aft
 
 
 @router.get("/{file_id}", response_model=FileObject, responses=errors(401, 404))
-def get_file(file: FileDep) -> FileObject:
+async def get_file(file: FileDep) -> FileObject:  # async: no I/O here, so no second thread hop
     return FileObject.of(file)
 
 
@@ -72,7 +80,7 @@ def delete_file(file: FileDep, session: SessionDep, storage: StorageDep) -> File
     if in_use:
         raise Conflict(f"file {file.id} is used by a job that has not finished", code="file_in_use",
                        param="file_id")
-    session.delete(file)
+    session.delete(session.get(File, file.id))
     key = file.storage_key
     after_commit(session, lambda: storage.delete(key))
     return FileDeleted(id=file.id, deleted=True)

@@ -1,7 +1,10 @@
-"""`/healthz` (database, broker, storage reachable: 200, else 503 naming the failure) and `/metrics`
-(Prometheus text format). Neither needs an API key."""
+"""`/healthz` (database, broker, storage reachable: 200, else 503 with the failing component) and
+`/metrics` (Prometheus text format). Neither needs an API key, so `/healthz` answers only `ok` or
+`error` per component; the reason (which may name hosts, ports or roles) goes to the log."""
 
 from __future__ import annotations
+
+import logging
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
@@ -12,6 +15,7 @@ from api.schemas.models import Health
 from lcsb_service.settings import Settings
 
 router = APIRouter(tags=["service"])
+log = logging.getLogger(__name__)
 
 
 def _check_broker(settings: Settings) -> None:
@@ -28,18 +32,20 @@ def _check_broker(settings: Settings) -> None:
     # other transports (memory://, sqla+...) have nothing separate to reach
 
 
-def _run(check) -> str:  # noqa: ANN001 - a zero-argument callable
+def _run(name: str, check) -> str:  # noqa: ANN001 - a zero-argument callable
     try:
         check()
-    except Exception as exc:  # noqa: BLE001 - report any failure as text
-        return f"error: {type(exc).__name__}: {exc}"[:300]
+    except Exception as exc:  # noqa: BLE001 - any failure is "error"; the reason only to the log
+        log.warning("health check %s failed: %s: %s", name, type(exc).__name__, exc)
+        return "error"
     return "ok"
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
 def healthz(db: DatabaseDep, storage: StorageDep, settings: SettingsDep) -> JSONResponse:
-    checks = {"database": _run(db.ping), "broker": _run(lambda: _check_broker(settings)),
-              "storage": _run(storage.ping)}
+    """200 when the database, the broker and storage answer, else 503; each check is `ok` or `error`."""
+    checks = {"database": _run("database", db.ping), "broker": _run("broker", lambda: _check_broker(settings)),
+              "storage": _run("storage", storage.ping)}
     ok = all(v == "ok" for v in checks.values())
     body = Health(status="ok" if ok else "unavailable", checks=checks)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

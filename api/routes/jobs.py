@@ -65,7 +65,7 @@ def list_jobs(request: Request, session: SessionDep, owner: OwnerDep, limit: Lim
 
 
 @router.get("/{fine_tuning_job_id}", response_model=JobObject, responses=errors(401, 404))
-def get(job: JobDep) -> JobObject:
+async def get(job: JobDep) -> JobObject:  # async: no I/O here, so no second thread hop
     """Status, error, resolved hyperparameters and method, progress, memory estimate, result files."""
     return JobObject.of(job)
 

@@ -25,7 +25,8 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    """`status` is `ok` when every check is `ok`; a failed check holds its error message."""
+    """`status` is `ok` when every check (database, broker, storage) is `ok`; a failed one is `error`
+    (its reason is logged, not shown: the endpoint needs no key)."""
 
     status: Literal["ok", "unavailable"]
-    checks: dict[str, str]
+    checks: dict[str, Literal["ok", "error"]]

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 import secrets
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -162,19 +167,14 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def live_server(settings) -> Iterator[LiveServer]:
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
+def start_api(settings: Settings, **env: str) -> tuple[subprocess.Popen, str]:
+    """Start `uvicorn --factory api.main:create_app` in a child process with `settings` (plus `env`
+    overrides) on a free port; wait until `/healthz` answers 200. Returns (process, base URL).
+    Raises RuntimeError (the process killed) when it does not start within 60 s."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, **settings_env(settings), "LCSB_ENQUEUER": "lcsb_service.enqueue:LoggingEnqueuer"}
+    env = {**os.environ, **settings_env(settings), **env}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--host",
                              "127.0.0.1", "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -182,13 +182,18 @@ def live_server(settings) -> Iterator[LiveServer]:
     while True:
         try:
             if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
+                return proc, url
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError(f"uvicorn did not start (exit code {proc.poll()})")
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def live_server(settings) -> Iterator[LiveServer]:
+    proc, url = start_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer")
     try:
         yield LiveServer(url=url, pid=proc.pid)
     finally:

@@ -43,8 +43,24 @@ def test_healthz_reports_an_unreachable_broker(settings):
     with TestClient(app) as c:
         r = c.get("/healthz")
     app.state.db.dispose()
-    assert r.status_code == 503 and r.json()["status"] == "unavailable"
-    assert r.json()["checks"]["broker"].startswith("error:") and r.json()["checks"]["database"] == "ok"
+    assert r.status_code == 503 and r.json() == {"status": "unavailable",
+                                                  "checks": {"database": "ok", "broker": "error", "storage": "ok"}}
+
+
+def test_healthz_names_no_host_port_or_role(settings, caplog):
+    """An unauthenticated caller learns which component failed, not where it lives nor as whom."""
+    db_port, broker_port = _free_port(), _free_port()
+    broken = settings.model_copy(update={
+        "database_url": f"postgresql+psycopg://secret_role_x@127.0.0.1:{db_port}/hidden_db",
+        "broker_url": f"redis://127.0.0.1:{broker_port}/0", "api_sweeper": False})
+    app = create_app(broken, enqueuer=RecordingEnqueuer())
+    with TestClient(app) as c, caplog.at_level("WARNING"):
+        r = c.get("/healthz")
+    app.state.db.dispose()
+    assert r.status_code == 503 and r.json()["checks"] == {"database": "error", "broker": "error", "storage": "ok"}
+    for secret in ("secret_role_x", "hidden_db", "127.0.0.1", str(db_port), str(broker_port)):
+        assert secret not in r.text
+    assert str(db_port) in caplog.text and str(broker_port) in caplog.text  # the reasons are in the log
 
 
 def test_healthz_pings_redis(settings):
@@ -63,8 +79,27 @@ def test_metrics(client, alice):
     job_ok(client, alice)
     client.get("/v1/files", headers={"Authorization": "Bearer nope"})
     text = client.get("/metrics").text
-    assert 'lcsb_http_requests_total{method="POST",route="/v1/fine_tuning/jobs",status="200"}' in text
-    assert 'lcsb_http_requests_total{method="GET",route="/v1/files",status="401"}' in text
+    assert 'lcsb_http_requests_total{method="POST",route="/v1/fine_tuning/jobs",status="2xx"}' in text
+    assert 'lcsb_http_requests_total{method="GET",route="/v1/files",status="4xx"}' in text
     assert "lcsb_upload_bytes_total" in text and 'lcsb_jobs_created_total{queue="cpu-4g"}' in text
     assert 'lcsb_jobs{status="queued"}' in text
     assert "lcsb_http_request_duration_seconds_bucket" in text
+
+
+def _series(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_metrics_series_are_bounded_by_invented_methods_and_paths(client):
+    """300 invented HTTP methods on invented paths, unauthenticated, add a bounded number of series."""
+    client.get("/metrics")  # the scrape's own series exist from now on
+    before = _series(client.get("/metrics").text)
+    for i in range(300):
+        client.request(f"BREW{i}", f"/nowhere/{i}")
+        client.request(f"X-{i}", "/v1/files")
+    text = client.get("/metrics").text
+    assert "BREW" not in text and "nowhere" not in text and "X-1" not in text
+    assert 'method="other",route="unmatched",status="4xx"' in text
+    assert 'method="other",route="/v1/files",status="4xx"' in text
+    # the new series: a counter and a histogram (buckets + sum + count + created) per new label set
+    assert _series(text) - before <= 2 * (1 + 20)

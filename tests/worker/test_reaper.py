@@ -4,6 +4,7 @@ per period."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -72,6 +73,30 @@ def test_jobs_stuck_in_queued_are_sent_again_once_per_period(db):
     assert stuck in resend_queued(db, enqueuer, after_s=3600)
     assert (stuck, "q") in enqueuer.calls and all(job_id != recent for job_id, _ in enqueuer.calls)
     assert stuck not in resend_queued(db, enqueuer, after_s=3600)  # its clock was reset
+    assert enqueuer.calls.count((stuck, "q")) == 1
     with db.session() as s:
-        assert any(m.startswith("Re-sent to queue q") for m in s.scalars(select(JobEvent.message)
-                                                                          .where(JobEvent.job_id == stuck)))
+        s.execute(update(Job).where(Job.id == stuck).values(updated_at=utcnow() - timedelta(seconds=7200)))
+    assert stuck in resend_queued(db, enqueuer, after_s=3600)  # a period later: sent again
+    assert enqueuer.calls.count((stuck, "q")) == 2
+    with db.session() as s:  # one event for the first re-send, not one per period
+        messages = list(s.scalars(select(JobEvent.message).where(JobEvent.job_id == stuck)))
+    assert sum(m.startswith("Re-sent to queue q") for m in messages) == 1
+
+
+def test_concurrent_sweepers_send_each_stuck_job_once(db):
+    """Two sweepers racing over the same stale jobs: the guarded UPDATE lets one of them send each."""
+    stuck = {add_job(db, running=False, updated_age_s=600) for _ in range(20)}
+    enqueuers = [RecordingEnqueuer(), RecordingEnqueuer()]
+    barrier = threading.Barrier(2)
+
+    def sweep(enqueuer):
+        barrier.wait()
+        resend_queued(db, enqueuer, after_s=30)
+
+    threads = [threading.Thread(target=sweep, args=(e,)) for e in enqueuers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sent = [job_id for e in enqueuers for job_id, _ in e.calls if job_id in stuck]
+    assert sorted(sent) == sorted(stuck)  # every one sent, none twice

@@ -7,9 +7,20 @@
     prompt_completion  {"prompt": str, "completion": str}
     text               {"text": str}      (language modelling: every token is a target)
 
-Other top-level keys are ignored. `parse_record(line_text)` returns an `Example` or raises
-`RecordError(field, message)`; the validator turns that into an `Issue` with the physical line number.
-One error is reported per line: the first problem found.
+Nothing is dropped silently. Each key of a line is one of:
+    used        the keys above
+    rejected    what training would get wrong if it left the key out: tool calling (`tool_calls`,
+                `function_call`, `tool_call_id`, roles `tool`/`function`, top-level `tools`/`functions`),
+                `audio`, `refusal`, content given as a list of parts; and an empty or whitespace-only
+                trained target (assistant content with weight 1, completion, text)
+    ignored     any other key with a non-null value (e.g. a message's `name`, a top-level `id`): listed
+                in `Example.ignored` (as `messages[].name`, `id`), which the validator reports as a
+                warning naming the lines
+A key whose value is null (or an empty list) carries nothing and is treated as absent.
+
+`parse_record(line_text)` returns an `Example` or raises `RecordError(field, message)`; the validator
+turns that into an `Issue` with the physical line number. One error is reported per line: the first
+problem found.
 
     try:
         example = parse_record('{"prompt": "2+2=", "completion": " 4"}')
@@ -21,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 CHAT = "chat"
@@ -29,6 +40,18 @@ PROMPT_COMPLETION = "prompt_completion"
 TEXT = "text"
 FORMATS = (CHAT, PROMPT_COMPLETION, TEXT)
 ROLES = ("system", "user", "assistant")
+FORMAT_KEYS = {CHAT: ("messages",), PROMPT_COMPLETION: ("prompt", "completion"), TEXT: ("text",)}
+MESSAGE_KEYS = ("role", "content", "weight")
+TOOL_ROLES = ("tool", "function")
+TOOL_MESSAGE_KEYS = ("tool_calls", "function_call", "tool_call_id")
+TOOL_TOP_KEYS = ("tools", "functions")
+NO_TOOLS = ("tool calling is not supported: training uses plain system, user and assistant text turns, and "
+            "dropping the call would teach the model an answer without it; remove the line, or write the "
+            "call into the assistant's content as text")
+UNSUPPORTED_MESSAGE_KEYS = {
+    "audio": "audio is not supported: only text turns are trained",
+    "refusal": "a separate refusal is not supported: put the refusal text in content",
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,7 @@ class Example:
     prompt: str = ""
     completion: str = ""
     text: str = ""
+    ignored: tuple[str, ...] = field(default=(), compare=False)  # keys not used, as "messages[].name"
 
     def digest(self) -> int:
         """A 64-bit content hash: equal for examples with equal content (used for duplicates and
@@ -116,10 +140,18 @@ def json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def _present(obj: dict, key: str) -> bool:
+    """True when `key` carries something: present, not null, not an empty list or object."""
+    value = obj.get(key)
+    return value is not None and value != [] and value != {}
+
+
 def _string(obj: dict, key: str, field: str) -> str:
     if key not in obj:
         raise RecordError(field, "is missing")
     value = obj[key]
+    if isinstance(value, list) and key == "content":
+        raise RecordError(field, "content parts (a list) are not supported; give the text as one string")
     if not isinstance(value, str):
         raise RecordError(field, f"expected a string, found {json_type(value)}")
     try:
@@ -151,31 +183,57 @@ def detect_format(obj: dict) -> str:
     return found[0]
 
 
+def _non_empty_target(value: str, field: str, what: str) -> None:
+    if not value.strip():
+        raise RecordError(field, f"is empty: {what} is a training target, and an empty one teaches the model "
+                                 "to stop at once")
+
+
+def _ignored(obj: dict, used: tuple[str, ...], prefix: str = "") -> list[str]:
+    """Keys of `obj` that carry something but are not read (`prefix` + key)."""
+    return [prefix + k for k in obj if k not in used and _present(obj, k)]
+
+
+def _parse_message(i: int, m: Any, ignored: list[str]) -> Message:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise RecordError(where, f"expected an object with role and content, found {json_type(m)}")
+    for key in TOOL_MESSAGE_KEYS:
+        if _present(m, key):
+            raise RecordError(f"{where}.{key}", NO_TOOLS)
+    role = _string(m, "role", f"{where}.role")
+    if role in TOOL_ROLES:
+        raise RecordError(f"{where}.role", f"role {role!r}: {NO_TOOLS}")
+    if role not in ROLES:
+        raise RecordError(f"{where}.role", f"unknown role {role!r}; expected system, user or assistant")
+    for key, why in UNSUPPORTED_MESSAGE_KEYS.items():
+        if _present(m, key):
+            raise RecordError(f"{where}.{key}", why)
+    content = _string(m, "content", f"{where}.content")
+    weight = 1
+    if "weight" in m:
+        w = m["weight"]
+        if role != "assistant":
+            raise RecordError(f"{where}.weight", "is only allowed on assistant messages")
+        if isinstance(w, bool) or w not in (0, 1):
+            shown = json.dumps(w) if json_type(w) != "object" else "an object"
+            raise RecordError(f"{where}.weight", f"expected 0 or 1, found {shown}")
+        weight = int(w)
+    if role == "assistant" and weight == 1:
+        _non_empty_target(content, f"{where}.content", "an assistant turn with weight 1 (give the answer, or "
+                                                        "weight 0 to keep the turn as context only)")
+    ignored.extend(_ignored(m, MESSAGE_KEYS, "messages[]."))
+    return Message(role, content, weight)
+
+
 def _parse_chat(obj: dict) -> Example:
     messages = obj["messages"]
     if not isinstance(messages, list):
         raise RecordError("messages", f"expected a list of messages, found {json_type(messages)}")
     if not messages:
         raise RecordError("messages", "is empty: nothing to train on")
-    parsed = []
-    for i, m in enumerate(messages):
-        field = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise RecordError(field, f"expected an object with role and content, found {json_type(m)}")
-        role = _string(m, "role", f"{field}.role")
-        if role not in ROLES:
-            raise RecordError(f"{field}.role", f"unknown role {role!r}; expected system, user or assistant")
-        content = _string(m, "content", f"{field}.content")
-        weight = 1
-        if "weight" in m:
-            w = m["weight"]
-            if role != "assistant":
-                raise RecordError(f"{field}.weight", "is only allowed on assistant messages")
-            if isinstance(w, bool) or w not in (0, 1):
-                shown = json.dumps(w) if json_type(w) != "object" else "an object"
-                raise RecordError(f"{field}.weight", f"expected 0 or 1, found {shown}")
-            weight = int(w)
-        parsed.append(Message(role, content, weight))
+    ignored: list[str] = _ignored(obj, FORMAT_KEYS[CHAT])
+    parsed = [_parse_message(i, m, ignored) for i, m in enumerate(messages)]
     start = 1 if parsed[0].role == "system" else 0
     for j, i in enumerate(range(start, len(parsed))):
         role = parsed[i].role
@@ -199,23 +257,28 @@ def _parse_chat(obj: dict) -> Example:
                           f"the conversation must end with an assistant message, found {parsed[-1].role}")
     if not any(m.role == "assistant" and m.weight == 1 for m in parsed):
         raise RecordError("messages", "every assistant message has weight 0: nothing to train on")
-    return Example(CHAT, messages=tuple(parsed))
+    return Example(CHAT, messages=tuple(parsed), ignored=tuple(dict.fromkeys(ignored)))
 
 
 def check_record(obj: Any) -> Example:
     """Validate one parsed JSON value and normalize it. Raises RecordError (first problem found)."""
     if not isinstance(obj, dict):
         raise RecordError(None, f"expected a JSON object, found {json_type(obj)}")
+    for key in TOOL_TOP_KEYS:
+        if _present(obj, key):
+            raise RecordError(key, NO_TOOLS)
     fmt = detect_format(obj)
     if fmt == CHAT:
         return _parse_chat(obj)
+    ignored = tuple(_ignored(obj, FORMAT_KEYS[fmt]))
     if fmt == PROMPT_COMPLETION:
         prompt = _string(obj, "prompt", "prompt")
-        return Example(PROMPT_COMPLETION, prompt=prompt, completion=_string(obj, "completion", "completion"))
+        completion = _string(obj, "completion", "completion")
+        _non_empty_target(completion, "completion", "the completion")
+        return Example(PROMPT_COMPLETION, prompt=prompt, completion=completion, ignored=ignored)
     text = _string(obj, "text", "text")
-    if not text.strip():
-        raise RecordError("text", "is empty")
-    return Example(TEXT, text=text)
+    _non_empty_target(text, "text", "the text")
+    return Example(TEXT, text=text, ignored=ignored)
 
 
 def parse_record(line_text: str) -> Example:

@@ -33,7 +33,8 @@ class ValidationReport:
     truncation: never trained on), `usable_examples` (what training will use; for .txt, the number of
     packed blocks). `duplicates` counts examples equal to an earlier one; `reference_overlap` counts
     examples also present in the training file (validation files only). `skipped_invalid` is set by
-    `build_dataset(skip_invalid=True)`.
+    `build_dataset(skip_invalid=True)`. `ignored_keys` maps each key that carries something but is not
+    used (e.g. `messages[].name`) to {"count", "lines"}; each also has a line in `warnings`.
     """
 
     path: str
@@ -63,6 +64,7 @@ class ValidationReport:
     reference_overlap: int | None = None
     overlap_lines: list[int] = field(default_factory=list)
     skipped_invalid: int = 0
+    ignored_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +87,13 @@ class ValidationReport:
                 f"{self.invalid_examples} of {self.num_examples} lines are invalid: {shown}"
                 + (f"; and {more} more" if more > 0 else "")
             )
+        notes = self.truncation_notes(max_items)
+        head = ". ".join(parts) if parts else "valid"
+        return f"{self.path}: {head}" + ("; " + "; ".join(notes) if notes else "")
+
+    def truncation_notes(self, max_items: int = 5) -> list[str]:
+        """What truncation to `max_seq_len` does to the file: examples dropped (no target token left)
+        and truncated, each with its first lines; empty when nothing is cut."""
         notes = []
         if self.dropped_no_target:
             notes.append(f"{self.dropped_no_target} example(s) dropped, no target token left after truncation to "
@@ -92,8 +101,7 @@ class ValidationReport:
         if self.truncated:
             notes.append(f"{self.truncated} example(s) truncated to {self.max_seq_len} tokens "
                          f"(lines {_lines(self.truncated_lines, max_items)})")
-        head = ". ".join(parts) if parts else "valid"
-        return f"{self.path}: {head}" + ("; " + "; ".join(notes) if notes else "")
+        return notes
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only (str, int, float, bool, None, lists, dicts)."""
@@ -126,6 +134,7 @@ class ValidationReport:
             "reference_overlap": self.reference_overlap,
             "overlap_lines": list(self.overlap_lines),
             "skipped_invalid": self.skipped_invalid,
+            "ignored_keys": {k: dict(v) for k, v in self.ignored_keys.items()},
         }
 
 

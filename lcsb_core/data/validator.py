@@ -48,6 +48,7 @@ class _Scan:
         self.lossy_lines: list[int] = []
         self.lossy_chars: set[str] = set()
         self.lossy_count = 0
+        self.ignored: dict[str, list] = {}  # key -> [count, first lines]
 
     def error(self, line: int, field: str | None, message: str) -> None:
         """Count an invalid line; list it while fewer than max_errors are listed."""
@@ -90,6 +91,22 @@ class _Scan:
                 self.flush()
         r.valid_examples += 1
         self.digests.add(example.digest(), line)
+        for key in example.ignored:
+            seen = self.ignored.setdefault(key, [0, []])
+            seen[0] += 1
+            if len(seen[1]) < self.limits.max_listed:
+                seen[1].append(line)
+
+    def report_ignored(self) -> None:
+        """One warning per key that carries something but is not used (e.g. `messages[].name`)."""
+        for key, (count, lines) in sorted(self.ignored.items()):
+            self.report.ignored_keys[key] = {"count": count, "lines": lines}
+            more = ", ..." if count > len(lines) else ""
+            where = "a message's role, content and weight" if key.startswith("messages[].") else \
+                f"the {self.report.format} format's keys"
+            self.report.warnings.append(
+                f"{key} is ignored on {count} line(s) ({', '.join(map(str, lines))}{more}): training reads only "
+                f"{where}, so the chat template never sees it; remove it, or merge it into content")
 
     def flush(self) -> None:
         """Tokenize the pending examples in one batched call; record their statistics."""
@@ -109,6 +126,17 @@ class _Scan:
         self.pending = []
 
 
+def _whole_document(first_line: str) -> str | None:
+    """What the file is when its first line shows it is one JSON document rather than JSON Lines: a
+    JSON array (on one line or several), or an object spread over several lines; else None."""
+    stripped = first_line.strip()
+    if stripped.startswith("["):
+        return "a JSON array"
+    if stripped == "{":
+        return "one JSON object spread over several lines"
+    return None
+
+
 def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | None, max_seq_len: int,
                 limits: ValidationLimits, keep_examples: bool) -> tuple[list[EncodedExample], DigestTracker]:
     scan = _Scan(report, encoder, max_seq_len, limits, keep_examples)
@@ -121,10 +149,10 @@ def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | 
             continue
         if first:
             first = False
-            stripped = pl.text.strip()
-            if stripped == "[" or (stripped.startswith("[{") and not stripped.endswith("]")):
-                report.file_errors.append(
-                    "the file is a JSON array; upload JSON Lines instead (one JSON object per line)")
+            whole = _whole_document(pl.text)
+            if whole:
+                report.file_errors.append(f"the file is {whole}; upload JSON Lines instead (one JSON object per "
+                                          "line, no enclosing brackets)")
                 report.num_examples = 0
                 break
         try:
@@ -134,6 +162,7 @@ def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | 
             continue
         scan.accept(pl.number, example)
     scan.flush()
+    scan.report_ignored()
     report.lines, report.blank_lines = reader.lines_read, reader.blank_lines
     if reader.file_error:
         report.file_errors.insert(0, reader.file_error)

@@ -24,9 +24,11 @@ def assert_finite_adapter(params: list[nn.Parameter], where: Path) -> None:
 
 
 def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path) -> Path:
-    """Write the PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) to `out_dir`."""
+    """Write the PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) to `out_dir`.
+    Embedding layers are never saved (LoRA adapts projections only and the vocabulary is never
+    resized); asking PEFT to decide would make it look the base model up on the Hugging Face Hub."""
     assert_finite_adapter(params, out_dir)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.save_pretrained(out_dir, safe_serialization=True, save_embedding_layers=False)
     return out_dir
 
 

@@ -17,6 +17,7 @@ from lcsb_core.schedules import SCHEDULES
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LR_SCHEDULES = ("linear", "cosine", "constant")
+ON_TRUNCATION = ("report", "fail")
 
 
 def _check(cond: bool, name: str, message: str) -> None:
@@ -113,7 +114,10 @@ class DataSettings:
     `pad_to_multiple_of` rounds each batch's padded length up (tokens), so the number of distinct
     batch shapes stays small (CPU kernel caches grow by one entry per new shape); `pack` places each
     batch's examples into rows of up to `max_seq_len` tokens with a block-diagonal attention mask
-    (no attention across examples) instead of padding them."""
+    (no attention across examples) instead of padding them. `on_truncation`: `report` (examples longer
+    than `max_seq_len` are cut keeping the start; those left with no target token are left out; both
+    are counted and named by line in the dataset report) or `fail` (any such example fails the run with
+    a DataError naming the lines, before the model loads)."""
 
     train_file: str = ""
     validation_file: str | None = None
@@ -124,9 +128,12 @@ class DataSettings:
     max_eval_examples: int | None = None
     pad_to_multiple_of: int = 64
     pack: bool = False
+    on_truncation: str = "report"
 
     def __post_init__(self) -> None:
         _check(bool(self.train_file), "data.train_file", "is required")
+        _check(self.on_truncation in ON_TRUNCATION, "data.on_truncation",
+               f"must be one of {', '.join(ON_TRUNCATION)}, got {self.on_truncation!r}")
         _check(16 <= self.max_seq_len <= 131072, "data.max_seq_len", f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
         _check(self.min_examples >= 1, "data.min_examples", "must be >= 1")
         _check(self.pad_to_multiple_of >= 1, "data.pad_to_multiple_of", "must be >= 1")
@@ -160,6 +167,27 @@ class TrainConfig:
         _check(self.epochs is None or self.epochs > 0, "epochs", f"must be > 0, got {self.epochs!r}")
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
+
+    def check_honoured(self) -> None:
+        """Rules between fields for a run that reads its data from the files in `data`: every setting
+        must take effect. Periodic evaluation (`eval_every` > 0) needs `data.validation_file`;
+        `eval_every`, `save_every` and `optim.warmup_steps` must not exceed `max_steps` when it is set.
+        The service checks this at job creation and `setup.load_datasets` before reading the files;
+        library callers that pass datasets in memory (tests, benchmarks) need not.
+
+        Raises:
+            ConfigError: the first rule broken, naming the fields.
+        """
+        _check(self.eval_every == 0 or bool(self.data.validation_file), "eval_every",
+               f"is {self.eval_every}, but periodic evaluation needs data.validation_file; give a validation "
+               "file or set eval_every to 0")
+        if self.max_steps is not None:
+            for name in ("eval_every", "save_every"):
+                _check(getattr(self, name) <= self.max_steps, name,
+                       f"is {getattr(self, name)}, more than max_steps ({self.max_steps}): it would never happen")
+            _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
+                   f"is {self.optim.warmup_steps}, more than max_steps ({self.max_steps}): the learning rate "
+                   "would never reach its value")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":

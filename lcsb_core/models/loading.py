@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from lcsb_core.errors import ModelLoadError
-from lcsb_core.models.gguf_import import DEFAULT_MODEL_NAME, ensure_default_model
+from lcsb_core.models.gguf_import import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME, ensure_default_model
+from lcsb_core.models.identity import public_model_id
 from lcsb_core.models.quantization import base_dtype, disable_cpu_weight_repacking, quantization_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text", "phi3")
@@ -37,7 +38,7 @@ def resolve_model_path(name_or_path: str) -> Path:
     Raises:
         ModelLoadError: the folder or its config.json is missing.
     """
-    if name_or_path in (DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"):
+    if name_or_path in (DEFAULT_MODEL_NAME, DEFAULT_MODEL_HUB_ID):
         return ensure_default_model()
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
@@ -72,7 +73,8 @@ def load_tokenizer(path: Path, *, require_chat_template: bool = False):
 
 def load_base_model(path: Path, *, quantization: str, device: torch.device) -> torch.nn.Module:
     """Causal LM at `path`, quantized (`nf4`) or in bf16/fp32, on `device`, in train mode with all base
-    parameters frozen.
+    parameters frozen. Its `name_or_path` is the model's public hub id (`identity.public_model_id`),
+    not the folder, so adapters trained on it name a base that exists on other machines.
 
     Raises:
         ModelLoadError: unsupported architecture or unreadable weights.
@@ -96,6 +98,7 @@ def load_base_model(path: Path, *, quantization: str, device: torch.device) -> t
     else:
         disable_cpu_weight_repacking(model)
     model.config.use_cache = False
+    model.name_or_path = model.config.name_or_path = public_model_id(path)  # read by PEFT's save_pretrained
     for p in model.parameters():
         p.requires_grad_(False)
     model.train()

@@ -4,6 +4,7 @@ HTTP errors (unknown route 404, 405, body limit 413) and anything unexpected (50
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lcsb_core.data.formats import json_type
 from lcsb_service.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -41,12 +43,23 @@ def _field_path(loc: tuple) -> list[str]:
     return parts
 
 
+def _found(err: dict) -> str:
+    """", found string \"2\"" for a wrong-type error (the type as JSON names it, and the value, short)."""
+    if not (str(err.get("type", "")).endswith("_type") or err.get("type") == "literal_error") or "input" not in err:
+        return ""
+    value = err["input"]
+    if isinstance(value, (dict, list)):
+        return f", found {json_type(value)}"
+    shown = json.dumps(value, default=str)
+    return f", found {json_type(value)} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
     errs = list(exc.errors()) or [{"loc": (), "msg": "invalid request", "type": ""}]
     path = _field_path(tuple(errs[0].get("loc", ())))
     same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
     param = ".".join(path) or None
-    detail = " or ".join(dict.fromkeys(str(e.get("msg")) for e in same))
+    detail = " or ".join(dict.fromkeys(str(e.get("msg")) for e in same)) + _found(same[0])
     message = f"{param}: {detail}" if param else detail
     more = len(errs) - len(same)
     if more > 0:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lcsb_core.config import QUANTIZATIONS
+from lcsb_core.models.identity import public_model_id
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a folder name, never a path
 REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -34,6 +35,11 @@ class ModelInfo:
     @property
     def num_layers(self) -> int:
         return int(self.config["num_hidden_layers"])
+
+    @property
+    def hub_id(self) -> str:
+        """The public Hugging Face Hub id trained adapters name as their base (never the folder path)."""
+        return public_model_id(self.path)
 
     @property
     def max_seq_len(self) -> int:
@@ -97,5 +103,5 @@ def model_object(info: ModelInfo) -> dict:
     """The OpenAI `model` object with this service's extra fields."""
     return {"id": info.name, "object": "model", "created": info.created, "owned_by": "system",
             "num_layers": info.num_layers, "num_parameters": info.num_parameters,
-            "max_seq_len": info.max_seq_len, "architectures": info.architectures,
+            "max_seq_len": info.max_seq_len, "architectures": info.architectures, "hub_id": info.hub_id,
             "quantizations": list(QUANTIZATIONS)}

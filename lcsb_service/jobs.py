@@ -53,6 +53,17 @@ def _existing(session: Session, owner_id: str, key: str, digest: str) -> Job | N
     return job
 
 
+def _validated_event(session: Session, job_id: str, role: str, row: File) -> None:
+    """"Validated training file: file-... (12 examples, format chat)", plus the upload's warnings (keys
+    that training ignores, with their lines; special-token text; ...) at level warn."""
+    report = row.validation or {}
+    warnings = list(report.get("warnings") or [])
+    counts = f" ({report['valid_examples']} examples, format {report['format']})" if report else ""
+    add_event(session, job_id, f"Validated {role} file: {row.id}{counts}" + "".join(f"; {w}" for w in warnings),
+              level="warn" if warnings else "info",
+              data={"file": row.id, "warnings": warnings, "ignored_keys": report.get("ignored_keys") or {}})
+
+
 def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owner_id: str,
                request: dict[str, Any], idempotency_key: str | None = None) -> tuple[Job, bool]:
     """Create (or, for a repeated idempotency key, return) a job. `request` is the create body as plain
@@ -71,8 +82,8 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
         raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
                              code="model_not_found", param="model")
     train = usable_file(session, owner_id, request["training_file"], "training_file")
-    if request.get("validation_file"):
-        usable_file(session, owner_id, request["validation_file"], "validation_file")
+    valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
+        if request.get("validation_file") else None
     if request.get("integrations"):
         raise InvalidRequest("integrations are not supported", param="integrations")
     job_id = new_id("ftjob")
@@ -96,9 +107,9 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
             raise
         return existing, False
     add_event(session, job_id, f"Created fine-tuning job: {job_id}")
-    add_event(session, job_id, f"Validated training file: {train.id} ({train.validation['valid_examples']} "
-              f"examples, format {train.validation['format']})" if train.validation else
-              f"Validated training file: {train.id}")
+    for role, row in (("training", train), ("validation", valid)):
+        if row is not None:
+            _validated_event(session, job_id, role, row)
     est = spec.memory_estimate
     add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: estimated peak memory "
               f"{est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)", data={"memory_estimate": est})

@@ -16,6 +16,11 @@ Mapping (API -> TrainConfig):
     method.lcsb.{schedule, k, fraction, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
     method.max_seq_len (default min(512, the model's context)), method.train_on_inputs -> data.*
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
+    method.on_truncation                                                -> data.on_truncation
+
+Every rule the trainer can check without the model is checked here, at creation: the config's own
+fields, its cross-field rules (`TrainConfig.check_honoured`), `k` against the model's layer count,
+`max_seq_len` against its context. Errors name the request's fields, not the trainer's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,11 @@ DEFAULT_MAX_SEQ_LEN = 512
 _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method", "lora": "method.lora",
                      "lcsb": "method.lcsb", "optim": "hyperparameters", "model.quantization": "method.quantization",
                      "batch_size": "hyperparameters.batch_size", "epochs": "hyperparameters.n_epochs",
-                     "max_steps": "hyperparameters.max_steps"}
+                     "max_steps": "hyperparameters.max_steps", "eval_every": "method.eval_every",
+                     "save_every": "method.save_every", "data.on_truncation": "method.on_truncation",
+                     "data.validation_file": "validation_file", "data.train_file": "training_file"}
+_FIELD_IN_TEXT = re.compile(r"(?<![\w.])(?:" + "|".join(sorted(map(re.escape, _PARAM_OF_SECTION), key=len, reverse=True))
+                            + r")(?:\.\w+)*(?![\w])")
 
 
 @dataclass
@@ -57,16 +66,25 @@ def request_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _request_name(field: str) -> str:
+    """A trainer field ("lora.rank", "eval_every") as the request names it ("method.lora.rank")."""
+    for prefix in sorted(_PARAM_OF_SECTION, key=len, reverse=True):
+        if field == prefix or field.startswith(prefix + "."):
+            return _PARAM_OF_SECTION[prefix] + field[len(prefix):]
+    return field
+
+
 def _request_error(exc: ConfigError) -> InvalidRequest:
-    """The trainer's ConfigError ("lora.rank: must be ...") restated with the request's field name."""
+    """The trainer's ConfigError ("lora.rank: must be ...") restated with the request's field names,
+    in `param` (the first field named) and in the message."""
     message = str(exc)
     match = re.match(r"[A-Za-z_][\w.]*", message)
     field = match.group(0) if match else ""
-    for prefix in sorted(_PARAM_OF_SECTION, key=len, reverse=True):
-        if field == prefix or field.startswith(prefix + "."):
-            param = _PARAM_OF_SECTION[prefix] + field[len(prefix):]
-            return InvalidRequest(param + message[len(field):], code="invalid_hyperparameters", param=param)
-    return InvalidRequest(message, code="invalid_hyperparameters")
+    param = _request_name(field)
+    # field names in the text ("data.validation_file"), not plain words that happen to match ("data")
+    text = param + _FIELD_IN_TEXT.sub(lambda m: _request_name(m.group(0)) if "." in m.group(0) or "_" in m.group(0)
+                                      else m.group(0), message[len(field):])
+    return InvalidRequest(text, code="invalid_hyperparameters", param=param if param != field else None)
 
 
 def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +146,8 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     raw = {
         "data": {"train_file": request["training_file"], "validation_file": request.get("validation_file"),
                  "max_seq_len": max_seq_len, "train_on_inputs": bool(method.get("train_on_inputs", False)),
-                 "min_examples": settings.min_examples},
+                 "min_examples": settings.min_examples,
+                 **({"on_truncation": method["on_truncation"]} if method.get("on_truncation") else {})},
         "model": {"name_or_path": model.name, "quantization": method.get("quantization") or "nf4"},
         "lora": {k: v for k, v in (method.get("lora") or {}).items() if v is not None},
         "lcsb": {k: v for k, v in lcsb.items() if v is not None},
@@ -140,6 +159,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     }
     try:
         cfg = TrainConfig.from_dict(raw)
+        cfg.check_honoured()
         k = None if cfg.lcsb.schedule == "full" else resolve_k(model.num_layers, cfg.lcsb.k, cfg.lcsb.fraction)
     except ConfigError as exc:
         raise _request_error(exc) from exc
@@ -162,7 +182,7 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], k: int | None) -> dict
                  "layers_per_step": k, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
-        "eval_every": cfg.eval_every, "save_every": cfg.save_every,
+        "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
     }
 
 

@@ -91,6 +91,7 @@ class Job(Base):
     method: Mapped[dict[str, Any]]
     train_config: Mapped[dict[str, Any]]       # TrainConfig.from_dict input; file ids in place of paths
     memory_estimate: Mapped[dict[str, Any]]
+    data_report: Mapped[dict[str, Any] | None]  # the worker's dataset check with the model's tokenizer
     queue: Mapped[str] = mapped_column(String(100))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))

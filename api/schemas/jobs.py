@@ -7,13 +7,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lcsb_core.config import LORA_TARGETS_ALL, LR_SCHEDULES, QUANTIZATIONS
+from lcsb_core.config import LORA_TARGETS_ALL, LR_SCHEDULES, ON_TRUNCATION, QUANTIZATIONS
 from lcsb_core.schedules import SCHEDULES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 
 Auto = Literal["auto"]
-Strict = ConfigDict(extra="forbid")
+# Unknown fields are errors, and types are strict: a number sent as a string ("2"), a float for an
+# integer (2.0) or a number for a boolean is refused, as OpenAI's schema types them, never coerced.
+Strict = ConfigDict(extra="forbid", strict=True)
 
 
 class Hyperparameters(BaseModel):
@@ -77,6 +79,8 @@ class Method(BaseModel):
     train_on_inputs: bool = False
     eval_every: int = Field(default=0, ge=0, le=10_000_000)
     save_every: int = Field(default=0, ge=0, le=10_000_000)
+    on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
+        default=None, description="report (default) or fail: what an example longer than max_seq_len does")
 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters
@@ -142,6 +146,10 @@ class JobObject(BaseModel):
     progress: Progress
     memory_estimate: dict[str, Any]
     queue: str
+    data_report: dict[str, Any] | None = Field(default=None, description=(
+        "the worker's check of the datasets with the model's tokenizer, per file (`training_file`, "
+        "`validation_file`): examples, usable, truncated and dropped (no target token left) with their "
+        "lines, ignored keys, warnings; null until the job starts"))
 
     @classmethod
     def of(cls, job: Job) -> JobObject:
@@ -155,5 +163,6 @@ class JobObject(BaseModel):
             trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,
             estimated_finish=unix(job.estimated_finish), metadata=job.metadata_, method=job.method,
             user_provided_suffix=job.suffix, memory_estimate=job.memory_estimate, queue=job.queue,
+            data_report=job.data_report,
             progress=Progress(steps_completed=job.steps_completed, total_steps=job.total_steps, percent=percent,
                               peak_memory_mib=job.peak_memory_mib, heartbeat_at=unix(job.heartbeat_at)))

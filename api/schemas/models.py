@@ -17,6 +17,7 @@ class ModelObject(BaseModel):
     max_seq_len: int
     architectures: list[str]
     quantizations: list[str]
+    hub_id: str  # the base a trained adapter names in adapter_config.json (base_model_name_or_path)
 
 
 class ModelList(BaseModel):

@@ -20,7 +20,9 @@ def test_models(client, alice):
     assert smol["object"] == "model" and smol["num_layers"] == 30 and smol["max_seq_len"] == 8192
     assert smol["num_parameters"] == 134_515_008  # SmolLM2-135M's published parameter count
     assert "nf4" in smol["quantizations"]
-    assert client.get("/v1/models/Giant-70B", headers=alice.headers).json()["num_layers"] == 80
+    assert smol["hub_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # what its adapters name as their base
+    giant = client.get("/v1/models/Giant-70B", headers=alice.headers).json()
+    assert giant["num_layers"] == 80 and giant["hub_id"] == "Giant-70B"  # unknown to the hub: its name, no path
     assert_error(client.get("/v1/models/nope", headers=alice.headers), 404, "model_not_found")
     assert_error(client.get("/v1/models/..", headers=alice.headers), 404)
 

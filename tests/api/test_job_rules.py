@@ -1,0 +1,89 @@
+"""Job creation checks every rule the trainer can check without the model, and answers 400 naming the
+request's fields: cross-field rules (periodic eval needs a validation file; eval/save/warmup within
+max_steps), strict types for every numeric and boolean field (a string "2" is not 2), the truncation
+policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.helpers import assert_error, create_job, job_ok, upload_ok
+
+
+def test_periodic_eval_without_a_validation_file(client, alice):
+    f = upload_ok(client, alice)
+    err = assert_error(create_job(client, alice, f["id"], method={"eval_every": 2}), 400,
+                       "invalid_hyperparameters", "method.eval_every")
+    assert err["message"] == ("method.eval_every: is 2, but periodic evaluation needs validation_file; give a "
+                              "validation file or set method.eval_every to 0")
+    job = job_ok(client, alice, f["id"], validation_file=upload_ok(client, alice)["id"], method={"eval_every": 2})
+    assert job["method"]["eval_every"] == 2
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({"hyperparameters": {"max_steps": 5}, "method": {"save_every": 6}}, "method.save_every",
+     "is 6, more than hyperparameters.max_steps (5)"),
+    ({"hyperparameters": {"max_steps": 5}, "method": {"eval_every": 6}, "validation": True}, "method.eval_every",
+     "is 6, more than hyperparameters.max_steps (5)"),
+    ({"hyperparameters": {"max_steps": 5, "warmup_steps": 6}}, "hyperparameters.warmup_steps",
+     "is 6, more than hyperparameters.max_steps (5)"),
+])
+def test_intervals_beyond_max_steps(client, alice, body, param, fragment):
+    f = upload_ok(client, alice)
+    body = dict(body)  # the parameters are shared by both database backends
+    if body.pop("validation", False):
+        body["validation_file"] = upload_ok(client, alice)["id"]
+    err = assert_error(create_job(client, alice, f["id"], **body), 400, "invalid_hyperparameters", param)
+    assert err["message"].startswith(f"{param}: {fragment}: ")
+
+
+STRICT = [  # (body, param): a value of the wrong JSON type is refused, never coerced
+    ({"hyperparameters": {"n_epochs": "2"}}, "hyperparameters.n_epochs"),
+    ({"hyperparameters": {"n_epochs": 2.0}}, "hyperparameters.n_epochs"),
+    ({"hyperparameters": {"batch_size": "4"}}, "hyperparameters.batch_size"),
+    ({"hyperparameters": {"learning_rate_multiplier": "2"}}, "hyperparameters.learning_rate_multiplier"),
+    ({"hyperparameters": {"learning_rate": "1e-4"}}, "hyperparameters.learning_rate"),
+    ({"hyperparameters": {"max_steps": "10"}}, "hyperparameters.max_steps"),
+    ({"hyperparameters": {"warmup_steps": "1"}}, "hyperparameters.warmup_steps"),
+    ({"hyperparameters": {"weight_decay": "0.1"}}, "hyperparameters.weight_decay"),
+    ({"method": {"supervised": {"hyperparameters": {"n_epochs": "3"}}}}, "method.supervised.hyperparameters.n_epochs"),
+    ({"seed": "7"}, "seed"),
+    ({"method": {"lora": {"rank": "8"}}}, "method.lora.rank"),
+    ({"method": {"lora": {"alpha": "16"}}}, "method.lora.alpha"),
+    ({"method": {"lora": {"dropout": "0.1"}}}, "method.lora.dropout"),
+    ({"method": {"lcsb": {"k": "4"}}}, "method.lcsb.k"),
+    ({"method": {"lcsb": {"fraction": "0.5"}}}, "method.lcsb.fraction"),
+    ({"method": {"lcsb": {"momentum_for_skipped": 1}}}, "method.lcsb.momentum_for_skipped"),
+    ({"method": {"max_seq_len": "256"}}, "method.max_seq_len"),
+    ({"method": {"train_on_inputs": "true"}}, "method.train_on_inputs"),
+    ({"method": {"eval_every": "1"}}, "method.eval_every"),
+    ({"method": {"save_every": 1.5}}, "method.save_every"),
+]
+
+
+@pytest.mark.parametrize("body, param", STRICT)
+def test_numbers_and_booleans_are_strict(client, alice, body, param):
+    f = upload_ok(client, alice)
+    err = assert_error(create_job(client, alice, f["id"], **body), 400, "invalid_value", param)
+    assert err["message"].startswith(f"{param}: ") and ", found " in err["message"]
+
+
+def test_the_string_in_the_answer_is_named(client, alice):
+    f = upload_ok(client, alice)
+    err = assert_error(create_job(client, alice, f["id"], hyperparameters={"n_epochs": "2"}), 400)
+    assert err["message"] == ("hyperparameters.n_epochs: Input should be 'auto' or Input should be a valid "
+                              'integer, found string "2"')
+
+
+def test_right_types_still_pass(client, alice):
+    job = job_ok(client, alice, hyperparameters={"n_epochs": "auto", "learning_rate_multiplier": 2},
+                 method={"lora": {"alpha": 16}, "lcsb": {"fraction": 1}})  # an integer where a float is asked
+    assert job["hyperparameters"]["learning_rate_multiplier"] == 2 and job["method"]["lora"]["alpha"] == 16
+
+
+def test_truncation_policy(client, alice):
+    assert job_ok(client, alice)["method"]["on_truncation"] == "report"
+    assert job_ok(client, alice, method={"on_truncation": "fail"})["method"]["on_truncation"] == "fail"
+    f = upload_ok(client, alice)
+    assert_error(create_job(client, alice, f["id"], method={"on_truncation": "drop"}), 400, "invalid_value",
+                 "method.on_truncation")

@@ -12,6 +12,7 @@ a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Each file of
 
 from __future__ import annotations
 
+import json
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session
 from lcsb_service.files import register_result_file
 from lcsb_service.ids import new_id, utcnow
 from lcsb_service.models import Artifact, Checkpoint
+from lcsb_service.scrub import scrub_paths
 from lcsb_service.storage import Storage
 
 EXCLUDED = {"trainer_state.pt"}
@@ -64,9 +66,24 @@ def _add_artifact(session: Session, job_id: str, name: str, kind: str, key: str,
     return row
 
 
-def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: str, run_dir: str | Path) -> list[str]:
+def _put_public_json(path: Path, key: str, storage: Storage, public_paths: dict[str, str]) -> int:
+    """Store a JSON file with its local paths scrubbed (`scrub.scrub_paths`); returns its size."""
+    data = scrub_paths(json.loads(path.read_text()), {str(run): "" for run in (path.parent, path.parent.resolve())}
+                       | public_paths)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as tmp:
+        tmp.write(json.dumps(data, indent=2) + "\n")
+        tmp.flush()
+        return storage.put_file(tmp.name, key)
+
+
+def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: str, run_dir: str | Path,
+                public_paths: dict[str, str] | None = None) -> list[str]:
     """Upload a finished run's adapter, selection history, metrics, summary, config and plots as
-    artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`)."""
+    artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`).
+
+    The JSON files name no worker path: paths under the run folder become relative to it, paths under
+    a folder of `public_paths` (local folder -> public name, "" to drop it) are renamed, any other
+    absolute path is cut to its last component."""
     run = Path(run_dir)
     prefix = f"jobs/{job_id}"
     if (run / "adapter").is_dir():
@@ -74,8 +91,10 @@ def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: st
         _add_artifact(session, job_id, "adapter.tar.gz", "adapter", f"{prefix}/adapter.tar.gz", size)
     for name, kind in RUN_FILES.items():
         if (run / name).is_file():
-            size = storage.put_file(run / name, f"{prefix}/{name}")
-            _add_artifact(session, job_id, name, kind, f"{prefix}/{name}", size)
+            key = f"{prefix}/{name}"
+            size = (_put_public_json(run / name, key, storage, public_paths or {}) if name.endswith(".json")
+                    else storage.put_file(run / name, key))
+            _add_artifact(session, job_id, name, kind, key, size)
     for plot in sorted((run / "plots").glob("*.png")) if (run / "plots").is_dir() else []:
         name = f"plots/{plot.name}"
         _add_artifact(session, job_id, name, "plot", f"{prefix}/{name}", storage.put_file(plot, f"{prefix}/{name}"))

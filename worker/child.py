@@ -4,7 +4,9 @@ system when it exits).
 
 First it joins its memory cage (`worker.limits.enter_cage`) and arranges to die with the supervisor
 (`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets from
-storage, runs the trainer with `JobReporter` (events, progress, checkpoints, per-step cancel check)
+storage, checks them with the model's tokenizer and records what training will see
+(`worker.datacheck`, before the model loads), runs the trainer with `JobReporter` (events, progress,
+checkpoints, per-step cancel check)
 and writes its `Outcome` as JSON to `spec["result_path"]`. SIGUSR1 from the supervisor means "time
 limit reached": the loop stops before its next step and the outcome is `timeout`. The supervisor
 turns the outcome (or the exit status, when there is none) into the job's terminal state.
@@ -99,11 +101,13 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
             cfg, names = training_config(spec, db, storage, stack)
             from lcsb_core.errors import TrainingCancelled
             from lcsb_core.trainer import Trainer
+            from worker.datacheck import check_datasets
 
+            train_set, eval_set = check_datasets(cfg, db, spec["job_id"])  # before the model loads
             if spec["device"].startswith("cuda"):
                 _cap_cuda(spec)
             try:
-                summary = Trainer(cfg, callbacks=[reporter]).train()
+                summary = Trainer(cfg, callbacks=[reporter], train_dataset=train_set, eval_dataset=eval_set).train()
             except TrainingCancelled:
                 if not stop.is_set():
                     return Outcome(CANCELLED, steps=reporter.steps_done, peak_memory_mib=reporter.peak_mib or None)

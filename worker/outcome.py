@@ -3,7 +3,8 @@
     succeeded                       -> the job succeeds (unless it was cancelled meanwhile)
     cancelled                       -> nothing to change: the job already left `running`
     failed, with error.code:
-        DataError                   invalid_file   (param training_file)
+        DataError                   invalid_file   (param: the file's request field, `err.param`,
+                                                    else training_file)
         DivergenceError             nan_loss
         time limit                  timeout        (soft: asked to stop; hard: killed)
         MemoryError, CUDA OOM,      oom            (with the measured peak)
@@ -65,7 +66,7 @@ def classify(exc: BaseException, *, cap_mib: int | None = None, peak_mib: float 
 
     common: dict[str, Any] = {"steps": steps, "peak_memory_mib": peak_mib}
     if isinstance(exc, DataError):
-        return Outcome.failed("invalid_file", str(exc), param="training_file", **common)
+        return Outcome.failed("invalid_file", str(exc), param=getattr(exc, "param", "training_file"), **common)
     if isinstance(exc, DivergenceError):
         return Outcome.failed("nan_loss", str(exc), **common)
     if _is_oom(exc):

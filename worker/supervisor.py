@@ -198,15 +198,17 @@ def conclude(ctx: WorkerContext, job: Job, outcome: Outcome, fine_tuned_model: s
             add_event(s, job.id, note, data={"steps_completed": outcome.steps})
             return current.status
         if outcome.status == SUCCEEDED:
-            run_dir = ctx.settings.resolved_runs_dir / job.id
-            files = publish_run(s, ctx.storage, job_id=job.id, owner_id=job.owner_id, run_dir=run_dir)
+            run_dir, work = _folders(ctx, job.id)
+            public = {str(work): ""} | {str(d): "" for m in ctx.settings.resolved_model_dirs for d in (m, m.resolve())}
+            files = publish_run(s, ctx.storage, job_id=job.id, owner_id=job.owner_id, run_dir=run_dir,
+                                public_paths=public)
             transitions.finish(s, job.id, fine_tuned_model=fine_tuned_model,
                                trained_tokens=outcome.summary.get("trained_tokens"), result_files=files)
             return SUCCEEDED
         if outcome.status == CANCELLED:  # the child saw a stop that the row no longer shows: treat as lost
             outcome = Outcome.failed("internal_error", INTERNAL_MESSAGE, detail="training stopped while running")
-        if outcome.detail:
-            add_event(s, job.id, f"Training error: {outcome.detail}", level="error", data={"code": outcome.code})
+        if outcome.detail:  # exception text stays in the worker's log; the job's event has message and code
+            log.error("job %s failed (%s): %s", job.id, outcome.code, outcome.detail)
         transitions.fail(s, job.id, outcome.code or "internal_error", outcome.message or INTERNAL_MESSAGE,
                          outcome.param)
         return "failed"

@@ -1,8 +1,10 @@
 """How the supervisor applies an outcome (`worker.supervisor.conclude`), on PostgreSQL: a success that
-arrives after a cancel is discarded (no artifacts, no `succeeded`); a failure keeps its detail in the
-events, not in the public error."""
+arrives after a cancel is discarded (no artifacts, no `succeeded`); a failure's detail (exception text)
+goes to the worker's log only: the job's events carry the plain message and the error code."""
 
 from __future__ import annotations
+
+import json
 
 from sqlalchemy import func, select
 
@@ -39,16 +41,20 @@ def test_a_late_success_never_overwrites_cancelled(make_settings, pg_url, tmp_pa
     ctx.db.dispose()
 
 
-def test_a_failure_keeps_its_detail_in_the_events(make_settings, pg_url, tmp_path):
+def test_a_failure_keeps_its_detail_out_of_the_events(make_settings, pg_url, tmp_path, caplog):
     ctx = context(make_settings, pg_url, tmp_path)
     job_id = add_job(ctx.db, running=True)
     with ctx.db.session() as s:
         job = s.get(Job, job_id)
     out = Outcome.failed("internal_error", "The job failed", detail="KeyError: '/srv/x'", peak_memory_mib=812.3)
-    assert conclude(ctx, job, out, "ft:m:o::j") == "failed"
+    with caplog.at_level("ERROR", logger="worker.supervisor"):
+        assert conclude(ctx, job, out, "ft:m:o::j") == "failed"
     with ctx.db.session() as s:
         row = s.get(Job, job_id)
-        events = list(s.scalars(select(JobEvent.message).where(JobEvent.job_id == job_id)))
+        events = list(s.execute(select(JobEvent.message, JobEvent.data).where(JobEvent.job_id == job_id)))
     assert (row.error_code, row.error_message, row.peak_memory_mib) == ("internal_error", "The job failed", 812.3)
-    assert "Training error: KeyError: '/srv/x'" in events
+    assert ("Fine-tuning job failed: The job failed", {"code": "internal_error", "param": None}) in \
+        [(m, d) for m, d in events]
+    assert not any("KeyError" in m or "/srv/x" in m or "KeyError" in json.dumps(d) for m, d in events)
+    assert "KeyError: '/srv/x'" in caplog.text  # the operator still sees it
     ctx.db.dispose()

@@ -144,6 +144,8 @@ def test_data_the_worker_rejects_is_invalid_file(make_settings, start_worker, ma
     failed = service.wait(job["id"], {"failed", "succeeded"}, JOB_BOUND_S)
     assert failed["error"]["code"] == "invalid_file" and failed["error"]["param"] == "training_file"
     assert "/" not in failed["error"]["message"].replace("n/a", ""), "a worker path leaked"
+    report = failed["data_report"]["training_file"]  # recorded before the job failed
+    assert (report["dropped_no_target"], report["dropped_lines"]) == (6, [1, 2, 3, 4, 5, 6])
 
 
 def test_time_limit_is_timeout_and_keeps_checkpoints(make_settings, start_worker, make_service):
@@ -168,4 +170,7 @@ def test_a_model_missing_on_the_worker_is_an_internal_error(make_settings, start
     failed = service.wait(job["id"], {"failed", "succeeded"}, JOB_BOUND_S)
     assert failed["error"]["code"] == "internal_error" and "not installed on this worker" in failed["error"]["message"]
     assert "Traceback" not in failed["error"]["message"]
-    assert any(e["level"] == "error" and "ModelLoadError" in e["message"] for e in service.events(job["id"]))
+    events = service.events(job["id"])  # a plain message and the code; the exception's type stays in the log
+    assert any(e["level"] == "error" and e["data"] == {"code": "internal_error", "param": None}
+               and "not installed on this worker" in e["message"] for e in events)
+    assert not any("ModelLoadError" in e["message"] or "Error:" in e["message"] for e in events)

@@ -4,6 +4,7 @@ a checkpoint, and a PEFT adapter that loads on the base model."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import time
 
@@ -38,5 +39,8 @@ def test_smollm2_job_on_a_worker(make_settings, start_worker, make_service, tmp_
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # loads anywhere, no path
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in (tmp_path / "adapter" / "README.md").read_text()
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), tmp_path / "adapter")
     assert any("lora_A" in n for n, _ in model.named_parameters())

@@ -1,0 +1,84 @@
+"""The worker's dataset check, before the model loads: validate and tokenize the job's files with the
+base model's tokenizer (`lcsb_core.setup.load_datasets`, the same check `lcsb train` runs), then state
+what training will see in the job's `data_report` and in a validation event: examples, how many are
+used, examples truncated to `max_seq_len` and examples dropped for having no target token left (with
+their lines), ignored keys and other warnings. Nothing is left out without being named.
+
+    train, evals = check_datasets(cfg, db, job_id)     # raises DataError / ConfigError like load_datasets
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import update
+
+from lcsb_core.data.report import ValidationReport
+from lcsb_core.errors import DataError
+from lcsb_service.db import Database
+from lcsb_service.events import add_event
+from lcsb_service.models import File, Job
+
+ROLES = ("training_file", "validation_file")
+
+
+def _uploads(db: Database, job_id: str) -> dict[str, File]:
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        rows = {"training_file": s.get(File, job.training_file),
+                "validation_file": s.get(File, job.validation_file) if job.validation_file else None}
+        s.expunge_all()
+    return {role: row for role, row in rows.items() if row is not None}
+
+
+def describe(role: str, upload: File, report: ValidationReport) -> str:
+    """One event line: the file, its counts, what truncation did (with lines), its warnings."""
+    used = report.usable_examples if report.usable_examples is not None else report.valid_examples
+    parts = [f"Checked {role.replace('_', ' ')} {upload.id} ({upload.filename}) with the model's tokenizer: "
+             f"{report.valid_examples} examples, {used} used (max_seq_len {report.max_seq_len})"]
+    parts += report.truncation_notes()
+    parts += report.warnings
+    return "; ".join(parts)
+
+
+def public_report(report: ValidationReport, upload: File) -> dict[str, Any]:
+    """The report as JSON, with the upload's name in place of the worker's path."""
+    return {**report.to_dict(), "path": upload.filename, "file_id": upload.id}
+
+
+def _record(db: Database, job_id: str, reports: dict[str, tuple[File, ValidationReport]]) -> None:
+    data = {role: public_report(report, upload) for role, (upload, report) in reports.items()}
+    with db.session() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(data_report=data))
+        for role, (upload, report) in reports.items():
+            cut = report.truncated or report.dropped_no_target or report.warnings
+            add_event(s, job_id, describe(role, upload, report), level="warn" if cut else "info",
+                      data={"file": role, **data[role]})
+
+
+def check_datasets(cfg, db: Database, job_id: str):  # noqa: ANN001, ANN201 - TrainConfig, TokenizedDatasets
+    """(train, eval or None) TokenizedDatasets for `cfg` (local paths), recorded on the job.
+
+    Raises:
+        DataError: a file fails the check (its report is recorded first; `err.param` names the file's
+            request field).
+        ConfigError: a cross-field rule is broken. ModelLoadError: no tokenizer for the model.
+    """
+    from lcsb_core.models.loading import load_tokenizer, resolve_model_path
+    from lcsb_core.setup import load_datasets
+
+    uploads = _uploads(db, job_id)
+    tokenizer = load_tokenizer(resolve_model_path(cfg.model.name_or_path))
+    try:
+        train, evals = load_datasets(cfg, tokenizer)
+    except DataError as exc:
+        report = getattr(exc, "report", None)
+        role = "validation_file" if report is not None and report.path == cfg.data.validation_file else "training_file"
+        exc.param = role  # type: ignore[attr-defined]
+        if report is not None and role in uploads:
+            _record(db, job_id, {role: (uploads[role], report)})
+        raise
+    found = {"training_file": train, "validation_file": evals}
+    _record(db, job_id, {role: (uploads[role], found[role].report) for role in ROLES
+                         if found[role] is not None and role in uploads})
+    return train, evals

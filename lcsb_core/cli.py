@@ -83,6 +83,7 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
     _quiet()
     try:
         cfg = load_config(config, set_)
+        cfg.check_honoured()  # before the model loads, not after
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
         with Progress(*columns, console=console) as progress:

@@ -79,6 +79,18 @@ def training_config(spec: dict, db, storage, stack: ExitStack):  # noqa: ANN001
                             output_dir=spec["run_dir"], device=spec["device"]), {train_path.name: train.filename}
 
 
+def public_text(message: str, spec: dict, names: dict[str, str]) -> str:
+    """An error message with the worker's paths replaced: input files by their upload names, paths in
+    the model folders by the model's name, the run folder by nothing."""
+    inputs = Path(spec["result_path"]).parent
+    pairs = [(str(inputs / local), public) for local, public in names.items()]
+    pairs += [(f"{folder}/", "") for folder in (*spec["model_dirs"], spec["run_dir"], str(inputs))]
+    pairs += [(folder, "the model folder") for folder in spec["model_dirs"]]
+    for local, public in pairs:
+        message = message.replace(local, public)
+    return message
+
+
 def _cap_cuda(spec: dict) -> None:
     import torch
 
@@ -121,8 +133,7 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
         log.exception("job %s failed", spec["job_id"])
         out = classify(exc, cap_mib=spec["cage"]["cap_mib"], peak_mib=reporter.peak_mib or None,
                        steps=reporter.steps_done)
-        for local, public in names.items():  # never show worker paths
-            out.message = out.message.replace(str(Path(spec["result_path"]).parent / local), public)
+        out.message = public_text(out.message, spec, names)
         return out
     finally:
         db.dispose()

@@ -88,6 +88,17 @@ def test_config_error_exits_2_and_names_the_field(tmp_path, tiny_model_dir):
     assert result.exit_code == 2 and "lcsb.schedule" in result.output
 
 
+def test_a_setting_that_cannot_take_effect_exits_2_before_the_model_loads(tmp_path):
+    job = write_job(tmp_path, tmp_path / "no-model-here", eval_every=2)
+    raw = yaml.safe_load(job.read_text())
+    del raw["data"]["validation_file"]
+    job.write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(app, ["train", str(job)])  # the model folder does not exist: never reached
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())  # the console wraps long lines
+    assert "error (invalid_config): eval_every: is 2, but periodic evaluation needs data.validation_file" in text
+
+
 def test_bad_data_exits_2_and_names_the_line(tmp_path, tiny_model_dir):
     job = write_job(tmp_path, tiny_model_dir)
     lines = (tmp_path / "train.jsonl").read_text().splitlines()

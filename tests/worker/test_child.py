@@ -31,3 +31,16 @@ def test_local_storage_inputs_are_linked_not_copied(tmp_path):
     with ExitStack() as stack:
         link = _local_input(stack, storage, row, tmp_path)
         assert link.resolve() == (tmp_path / "storage" / "files" / "file-xyz").resolve()
+
+
+def test_error_messages_name_no_worker_path():
+    from worker.child import public_text
+
+    spec = {"result_path": "/srv/runs/.ftjob-1/outcome.json", "run_dir": "/srv/runs/ftjob-1",
+            "model_dirs": ["/opt/models", "/home/w/.cache/lcsb/models"]}
+    message = ("/srv/runs/.ftjob-1/file-abc.jsonl: line 3 is invalid; cannot load weights from "
+               "/home/w/.cache/lcsb/models/SmolLM2-135M-Instruct: truncated file; see /srv/runs/ftjob-1/adapter; "
+               "nothing in /opt/models")
+    assert public_text(message, spec, {"file-abc.jsonl": "train.jsonl"}) == (
+        "train.jsonl: line 3 is invalid; cannot load weights from SmolLM2-135M-Instruct: truncated file; "
+        "see adapter; nothing in the model folder")

@@ -42,6 +42,17 @@ class ModelInfo:
         return public_model_id(self.path)
 
     @property
+    def has_chat_template(self) -> bool:
+        """Whether its tokenizer can render chat data: a `chat_template.jinja` (or `.json`) file, or a
+        `chat_template` in `tokenizer_config.json` (where transformers saves it)."""
+        if any((self.path / f).is_file() for f in ("chat_template.jinja", "chat_template.json")):
+            return True
+        try:
+            return bool(json.loads((self.path / "tokenizer_config.json").read_text()).get("chat_template"))
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    @property
     def max_seq_len(self) -> int:
         return int(self.config.get("max_position_embeddings") or 2048)
 

@@ -15,6 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from lcsb_core.data.formats import CHAT
+from lcsb_core.data.tokenization import no_chat_template_message
 from lcsb_service.catalog import find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest
@@ -70,7 +72,8 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     JSON data. Returns (job, created). The caller commits; the job is enqueued after that commit.
 
     Raises:
-        InvalidRequest: unknown model, unusable file, out-of-range values (400).
+        InvalidRequest: unknown model, unusable file, chat data for a model without a chat template,
+            out-of-range values (400).
         Unprocessable: no worker class can hold the estimated peak memory (422).
         Conflict: the idempotency key was used with another body (409).
     """
@@ -84,6 +87,10 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     train = usable_file(session, owner_id, request["training_file"], "training_file")
     valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
         if request.get("validation_file") else None
+    for param, row in (("training_file", train), ("validation_file", valid)):
+        if row is not None and (row.validation or {}).get("format") == CHAT and not model.has_chat_template:
+            raise InvalidRequest(f"{param}: {row.id} is chat data, but {no_chat_template_message(model.name)}",
+                                 code="invalid_file", param=param)
     if request.get("integrations"):
         raise InvalidRequest("integrations are not supported", param="integrations")
     job_id = new_id("ftjob")

@@ -50,15 +50,17 @@ class EncodedExample:
         return sum(1 for x in self.labels if x != IGNORE_INDEX)
 
 
+def no_chat_template_message(name: str) -> str:
+    """Why chat data cannot train on the model `name` (its tokenizer has no chat template)."""
+    return (f"the base model's tokenizer ({name}) has no chat template, so chat data cannot be rendered; "
+            "use a model with a chat template, or convert the data to prompt/completion format")
+
+
 def chat_template_error(tokenizer: Any) -> str | None:
     """A plain message when `tokenizer` cannot render chat data (no chat template), else None."""
     if getattr(tokenizer, "chat_template", None):
         return None
-    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-    return (
-        f"the base model's tokenizer ({name}) has no chat template, so chat data cannot be rendered; "
-        "use a model with a chat template, or convert the data to prompt/completion format"
-    )
+    return no_chat_template_message(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
 class ExampleEncoder:

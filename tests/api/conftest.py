@@ -92,6 +92,7 @@ def model_dir(tmp_path_factory) -> Path:
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps(config))
         (folder / "tokenizer.json").write_text("{}")
+        (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
         (folder / "model.safetensors").write_bytes(b"\0" * 1024)
     return root
 

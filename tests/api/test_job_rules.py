@@ -87,3 +87,26 @@ def test_truncation_policy(client, alice):
     f = upload_ok(client, alice)
     assert_error(create_job(client, alice, f["id"], method={"on_truncation": "drop"}), 400, "invalid_value",
                  "method.on_truncation")
+
+
+def test_chat_data_needs_a_model_with_a_chat_template(client, alice, model_dir):
+    folder = model_dir / "NoTemplate-135M"  # SmolLM2's config, a tokenizer without a chat template
+    folder.mkdir()
+    try:
+        for name in ("config.json", "tokenizer.json", "model.safetensors"):
+            (folder / name).write_bytes((model_dir / "SmolLM2-135M-Instruct" / name).read_bytes())
+        chat = upload_ok(client, alice)
+        err = assert_error(create_job(client, alice, chat["id"], model="NoTemplate-135M"), 400, "invalid_file",
+                           "training_file")
+        assert err["message"].startswith(f"training_file: {chat['id']} is chat data, but the base model's tokenizer "
+                                         "(NoTemplate-135M) has no chat template")
+        err = assert_error(create_job(client, alice, upload_ok(client, alice, b'{"prompt": "a", "completion": "b"}\n'
+                                                                * 12)["id"], model="NoTemplate-135M",
+                                      validation_file=chat["id"]), 400, "invalid_file", "validation_file")
+        pc = upload_ok(client, alice, b"".join(b'{"prompt": "%d+%d=", "completion": " %d"}\n' % (i, i, 2 * i)
+                                               for i in range(12)))
+        assert job_ok(client, alice, pc["id"], model="NoTemplate-135M")["model"] == "NoTemplate-135M"
+    finally:
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()

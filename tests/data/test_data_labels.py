@@ -125,7 +125,8 @@ def conversations(draw):
         weights[-1] = 1
     for w in weights:
         msgs.append({"role": "user", "content": draw(TEXT)})
-        reply = {"role": "assistant", "content": draw(TEXT)}
+        trained = TEXT.filter(str.strip)  # an empty trained turn is rejected (test_data_openai_keys)
+        reply = {"role": "assistant", "content": draw(TEXT if w == 0 else trained)}
         if w is not None:
             reply["weight"] = w
         msgs.append(reply)

@@ -10,7 +10,8 @@ another owner's id both answer 404.
 
 Connections are never held while a request waits: FastAPI runs each sync dependency and the route in
 its own worker-thread hop, so every hop that reads the database opens and closes its own short
-session (`OwnerDep`, `FileDep`, `JobDep`: one hop each; the route's `SessionDep` is used inside the
+session (`OwnerDep`, `FileDep`, `JobDep`: one hop and one read-only query each, the key checked in
+the same query as the lookup; the route's `SessionDep` is used inside the
 route's hop and committed without waiting for a thread). The objects they return are detached (loaded
 columns stay readable). With at most `Settings.api_max_concurrency` requests admitted
 (`api.admission`) and a pool sized for them (`Settings.db_pool_size`), a request never waits for a
@@ -31,7 +32,7 @@ from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer
 from lcsb_service.errors import NotFound
 from lcsb_service.ids import looks_like_id
-from lcsb_service.keys import owner_for_key
+from lcsb_service.keys import owner_and_object, owner_for_key
 from lcsb_service.models import File, Job, Owner
 from lcsb_service.settings import Settings
 from lcsb_service.storage import Storage
@@ -74,28 +75,32 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-def _owner(session: Session, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Owner:
-    key = credentials.credentials if credentials else None
-    return owner_for_key(session, settings.secret_key.get_secret_value(), key)
-
-
 def get_owner(db: DatabaseDep, settings: SettingsDep, credentials: CredentialsDep) -> Owner:
-    """The owner of the bearer key (read in a session of its own). Raises AuthenticationFailed (401)."""
-    with db.session() as session:
-        return _owner(session, settings, credentials)
+    """The owner of the bearer key (read in a short session of its own). Raises AuthenticationFailed (401)."""
+    with db.read_session() as session:
+        return owner_for_key(session, settings.secret_key.get_secret_value(),
+                             credentials.credentials if credentials else None)
 
 
 OwnerDep = Annotated[Owner, Depends(get_owner)]
+
+
+def _owned(db: Database, settings: Settings, credentials: HTTPAuthorizationCredentials | None, model: type,
+           object_id: str):
+    """The caller's row `object_id` of `model`, or None; the key is checked in the same query."""
+    with db.read_session() as session:
+        _, row = owner_and_object(session, settings.secret_key.get_secret_value(),
+                                  credentials.credentials if credentials else None, model,
+                                  object_id if looks_like_id(object_id) else None)
+    return row
 
 
 def get_file(file_id: Annotated[str, Path(max_length=64)], db: DatabaseDep, settings: SettingsDep,
              credentials: CredentialsDep) -> File:
     """The caller's file `file_id` (detached). Raises AuthenticationFailed (401); NotFound (404) for a
     missing or foreign id."""
-    with db.session() as session:
-        owner = _owner(session, settings, credentials)
-        row = session.get(File, file_id) if looks_like_id(file_id) else None
-    if row is None or row.owner_id != owner.id:
+    row = _owned(db, settings, credentials, File, file_id)
+    if row is None:
         raise NotFound(f"no such file: {file_id}", code="file_not_found", param="file_id")
     return row
 
@@ -104,10 +109,8 @@ def get_job(fine_tuning_job_id: Annotated[str, Path(max_length=64)], db: Databas
             credentials: CredentialsDep) -> Job:
     """The caller's job (detached). Raises AuthenticationFailed (401); NotFound (404) for a missing or
     foreign id."""
-    with db.session() as session:
-        owner = _owner(session, settings, credentials)
-        job = session.get(Job, fine_tuning_job_id) if looks_like_id(fine_tuning_job_id) else None
-    if job is None or job.owner_id != owner.id:
+    job = _owned(db, settings, credentials, Job, fine_tuning_job_id)
+    if job is None:
         raise NotFound(f"no such fine-tuning job: {fine_tuning_job_id}", code="job_not_found",
                        param="fine_tuning_job_id")
     return job

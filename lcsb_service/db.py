@@ -86,6 +86,15 @@ class Database:
     def __init__(self, url: str, *, pool_size: int | None = None, pool_timeout_s: float = 30.0) -> None:
         self.engine = make_engine(url, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+        self._reader = sessionmaker(self.engine.execution_options(isolation_level="AUTOCOMMIT"),
+                                    expire_on_commit=False)
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A session for reads only, in autocommit mode: no BEGIN / COMMIT round trips, each statement
+        sees the latest committed rows. Nothing is committed (do not write through it)."""
+        with self._reader() as session:
+            yield session
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from typing import Any
 
 import typer
-from sqlalchemy import select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from lcsb_service.errors import AuthenticationFailed
@@ -60,15 +61,29 @@ def owner_for_key(session: Session, secret: str, presented: str | None) -> Owner
         AuthenticationFailed: no key (code `missing_api_key`), or an unknown or revoked one
             (`invalid_api_key`).
     """
+    return owner_and_object(session, secret, presented, None, None)[0]
+
+
+def owner_and_object(session: Session, secret: str, presented: str | None, model: type | None,
+                     object_id: str | None) -> tuple[Owner, Any]:
+    """The owner of a presented key and, in the same query, their row `object_id` of the mapped class
+    `model` (which has `id` and `owner_id`): None when missing or another owner's. One round trip.
+
+    Raises:
+        AuthenticationFailed: no key (code `missing_api_key`), or an unknown or revoked one
+            (`invalid_api_key`).
+    """
     if not presented:
         raise AuthenticationFailed("no API key: send 'Authorization: Bearer <key>'", code="missing_api_key")
+    stmt = (select(Owner) if model is None or object_id is None else
+            select(Owner, model).outerjoin(model, and_(model.id == object_id, model.owner_id == Owner.id)))
     row = session.execute(
-        select(Owner).join(ApiKey, ApiKey.owner_id == Owner.id)
+        stmt.join(ApiKey, ApiKey.owner_id == Owner.id)
         .where(ApiKey.key_hash == hash_key(secret, presented), ApiKey.revoked_at.is_(None))
-    ).scalar_one_or_none()
+    ).one_or_none()
     if row is None:
         raise AuthenticationFailed("incorrect API key provided", code="invalid_api_key")
-    return row
+    return row[0], (row[1] if len(row) > 1 else None)
 
 
 app = typer.Typer(help="Manage API keys of the LCSB service (uses the LCSB_* settings).", no_args_is_help=True)

@@ -54,7 +54,7 @@ def resume_point(job: JobDep, db: DatabaseDep,
         return 0
     seq = None
     if looks_like_id(event_id):
-        with db.sessionmaker() as session:
+        with db.read_session() as session:
             seq = session.scalar(select(JobEvent.seq).where(JobEvent.id == event_id, JobEvent.job_id == job.id))
     if seq is None:
         raise InvalidRequest(f"Last-Event-ID: no event {event_id!r} in job {job.id}", code="invalid_last_event_id",
@@ -63,7 +63,7 @@ def resume_point(job: JobDep, db: DatabaseDep,
 
 
 def _poll(db: Database, job_id: str, after_seq: int) -> tuple[str | None, list[JobEvent]]:
-    with db.sessionmaker() as s:  # status first: every event committed before it is then visible
+    with db.read_session() as s:  # status first: every event committed before it is then visible
         status = s.scalar(select(Job.status).where(Job.id == job_id))
         rows = s.execute(select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after_seq)
                          .order_by(JobEvent.seq).limit(BATCH)).scalars().all()

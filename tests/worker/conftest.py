@@ -56,16 +56,14 @@ def redis_prefix() -> Iterator[str]:
         client.delete(key)
 
 
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory) -> Path:
-    """`tiny-llama` (3 layers, hidden 32, SmolLM2's tokenizer and chat template) and `tiny-nan` (the
-    same with a NaN in the final norm: every loss is NaN)."""
+def build_tiny_models(root: Path) -> Path:
+    """Write `tiny-llama` (3 layers, hidden 32, SmolLM2's tokenizer and chat template) and `tiny-nan`
+    (the same with a NaN in the final norm: every loss is NaN) under `root`; returns `root`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from lcsb_core.models.gguf_import import ensure_default_model
 
-    root = tmp_path_factory.mktemp("models")
     src = ensure_default_model()
     for name in (TINY, TINY_NAN):
         torch.manual_seed(0)
@@ -81,6 +79,12 @@ def model_dir(tmp_path_factory) -> Path:
             if f.name.startswith(("tokenizer", "chat_template", "special")):
                 shutil.copy(f, root / name / f.name)
     return root
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    """The tiny models of `build_tiny_models`."""
+    return build_tiny_models(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="session")

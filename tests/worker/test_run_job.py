@@ -1,5 +1,5 @@
 """Jobs on real workers (Redis, PostgreSQL, `python -m worker` processes), sent through the API:
-queued -> succeeded with events, checkpoints and artifacts; exactly one execution whatever the
+queued -> succeeded with events, checkpoints and artifacts (on local and on S3 storage); exactly one execution whatever the
 delivery count (a repeated message, and Redis redelivering after a short visibility timeout); routing
 by memory class; a queued job never waits behind a long one on a busy worker."""
 
@@ -8,10 +8,12 @@ from __future__ import annotations
 import io
 import tarfile
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from lcsb_service.settings import WorkerClass
+from tests.s3_server import moto_s3
 from tests.worker.conftest import chat_rows
 from worker.enqueue import CeleryEnqueuer
 
@@ -25,8 +27,19 @@ def started_on(service, job_id: str) -> list[str]:
     return [e["data"]["worker"] for e in service.events(job_id) if e["message"].startswith("Fine-tuning job started")]
 
 
-def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start_worker, make_service):
-    settings = make_settings()
+@pytest.fixture(params=["local", "s3"])
+def storage_over(request) -> Iterator[dict]:
+    """Settings overrides for artifact storage: the default local folder, or a bucket on a real
+    S3-compatible server (moto, `tests.s3_server`; the worker processes inherit its AWS_* variables)."""
+    if request.param == "local":
+        yield {}
+        return
+    with moto_s3() as bucket:
+        yield {"storage_url": f"s3://{bucket}/lcsb"}
+
+
+def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start_worker, make_service, storage_over):
+    settings = make_settings(**storage_over)
     service = make_service(settings)
     worker = start_worker(settings)
     t0 = time.monotonic()
@@ -54,6 +67,10 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert messages[-1] == "The job has successfully completed"
     ckpts = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=service.headers).json()["data"]
     assert sorted(c["step_number"] for c in ckpts) == [2, 4]
+    r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{ckpts[0]['id']}/adapter",
+                           headers=service.headers)
+    assert r.status_code == 200 and "adapter/adapter_model.safetensors" in tarfile.open(
+        fileobj=io.BytesIO(r.content)).getnames()
     arts = {a["name"] for a in service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts",
                                                    headers=service.headers).json()["data"]}
     assert {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "summary.json", "plots/loss.png"} <= arts

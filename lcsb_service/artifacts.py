@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from lcsb_service.files import register_result_file
 from lcsb_service.ids import new_id, utcnow
 from lcsb_service.models import Artifact, Checkpoint
-from lcsb_service.scrub import scrub_paths
+from lcsb_service.scrub import scrub_paths, scrub_text
 from lcsb_service.storage import Storage
 
 EXCLUDED = {"trainer_state.pt"}
@@ -67,11 +67,16 @@ def _add_artifact(session: Session, job_id: str, name: str, kind: str, key: str,
 
 
 def _put_public_json(path: Path, key: str, storage: Storage, public_paths: dict[str, str]) -> int:
-    """Store a JSON file with its local paths scrubbed (`scrub.scrub_paths`); returns its size."""
-    data = scrub_paths(json.loads(path.read_text()), {str(run): "" for run in (path.parent, path.parent.resolve())}
-                       | public_paths)
+    """Store a run's JSON file with its local paths scrubbed (`scrub.scrub_paths`; a file that is not
+    JSON is scrubbed as text); returns its size."""
+    prefixes = {str(run): "" for run in (path.parent, path.parent.resolve())} | public_paths
+    text = path.read_text()
+    try:
+        text = json.dumps(scrub_paths(json.loads(text), prefixes), indent=2) + "\n"
+    except ValueError:
+        text = scrub_text(text, prefixes)
     with tempfile.NamedTemporaryFile("w", suffix=".json") as tmp:
-        tmp.write(json.dumps(data, indent=2) + "\n")
+        tmp.write(text)
         tmp.flush()
         return storage.put_file(tmp.name, key)
 

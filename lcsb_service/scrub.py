@@ -1,6 +1,7 @@
 """Keep worker filesystem paths out of what users download: the run's JSON files (`config.json`,
 `summary.json`) name data files, the run folder and the base model by local path; published, each path
-becomes what the user knows it by.
+becomes what the user knows it by. `scrub_paths` rewrites JSON values; `scrub_text` the same folders
+inside free text (a file that is not JSON).
 
     scrub_paths({"output_dir": "/srv/runs/ftjob-1", "adapter_dir": "/srv/runs/ftjob-1/adapter"},
                 {"/srv/runs/ftjob-1": ""})        # {"output_dir": ".", "adapter_dir": "adapter"}
@@ -27,11 +28,23 @@ def _scrub(text: str, prefixes: list[tuple[str, str]]) -> str:
     return text
 
 
+def _ordered(prefixes: dict[str, str]) -> list[tuple[str, str]]:
+    return sorted(((k.rstrip("/"), v) for k, v in prefixes.items() if k), key=lambda kv: len(kv[0]), reverse=True)
+
+
+def scrub_text(text: str, prefixes: dict[str, str]) -> str:
+    """`text` with each folder of `prefixes` replaced where it appears (longest first): "<folder>/x"
+    becomes "<public>/x" (or "x" when public is ""), a bare "<folder>" becomes the public name (or ".")."""
+    for local, public in _ordered(prefixes):
+        text = text.replace(local + "/", f"{public}/" if public else "").replace(local, public or ".")
+    return text
+
+
 def scrub_paths(value: Any, prefixes: dict[str, str]) -> Any:
     """`value` (JSON data) with every string that is a local path rewritten: a path under one of
     `prefixes` (local folder -> public name; "" drops the folder) is made relative to it, the longest
     prefix first; any other absolute path is cut to its last component. Other strings are unchanged."""
-    ordered = sorted(((k.rstrip("/"), v) for k, v in prefixes.items() if k), key=lambda kv: len(kv[0]), reverse=True)
+    ordered = _ordered(prefixes)
     def walk(v: Any) -> Any:
         if isinstance(v, str):
             return _scrub(v, ordered)

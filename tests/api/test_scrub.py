@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lcsb_service.scrub import scrub_paths
+from lcsb_service.scrub import scrub_paths, scrub_text
 
 
 def test_paths_become_relative_or_public_names():
@@ -22,3 +22,8 @@ def test_longest_prefix_wins_and_names_are_kept():
     assert scrub_paths(["/a/b/c", "/a/x"], {"/a": "top", "/a/b": "inner"}) == ["inner/c", "top/x"]
     assert scrub_paths("/a/b/", {"/a/b/": "named"}) == "named/"  # a trailing slash is the same folder
     assert scrub_paths("relative/path.txt", {"/a": ""}) == "relative/path.txt"
+
+
+def test_text_that_is_not_json_is_scrubbed_too():
+    text = "trained /srv/runs/ftjob-1/adapter from /srv/models/Smol in /srv/runs/ftjob-1 ok"
+    assert scrub_text(text, {"/srv/runs/ftjob-1": "", "/srv/models": ""}) == "trained adapter from Smol in . ok"

@@ -78,11 +78,27 @@ class RunSpec:
     repacking: bool = False
     quant: str = "nf4"
     fraction: float = 0.25
+    full_every: int = 4
+
+    @property
+    def label(self) -> str:
+        """The schedule as a grid token: `topfull/4`, `cyclic@0.5`, `freeze` (see `parse_schedule`)."""
+        return (self.schedule + (f"/{self.full_every}" if self.schedule == "topfull" else "")
+                + (f"@{self.fraction:g}" if self.fraction != 0.25 and self.schedule != "full" else ""))
 
     @property
     def name(self) -> str:
-        return (f"{self.task}-{self.quant}-{self.schedule}-f{self.fraction:g}-lr{self.lr:g}-s{self.seed}-n{self.steps}"
-                f"-mom{int(self.momentum)}-repack{int(self.repacking)}")
+        every = f"N{self.full_every}" if self.schedule == "topfull" else ""
+        return (f"{self.task}-{self.quant}-{self.schedule}{every}-f{self.fraction:g}-lr{self.lr:g}-s{self.seed}"
+                f"-n{self.steps}-mom{int(self.momentum)}-repack{int(self.repacking)}")
+
+
+def parse_schedule(token: str, default_fraction: float) -> tuple[str, float, int]:
+    """A grid token `name[/full_every][@fraction]` -> (schedule, fraction, full_every); e.g. `topfull/2`,
+    `cyclic@0.5`. `full_every` only means something for `topfull` (default 4)."""
+    name, _, frac = token.partition("@")
+    name, _, every = name.partition("/")
+    return name, float(frac) if frac else default_fraction, int(every) if every else 4
 
 
 class Recorder(TrainerCallback):
@@ -193,7 +209,8 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
         "data": {"train_file": "(in memory)", "max_seq_len": args.seq},
         "model": {"quantization": spec.quant, "device": args.device},
         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
-        "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum},
+        "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum,
+                 "full_every": spec.full_every},
         "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
         "batch_size": 4, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
         "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),
@@ -202,7 +219,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
     if spec.repacking:
         enable_cpu_weight_repacking(model)
     em_steps = set()
-    if args.exact_match and spec.seed in args.exact_match_seeds and spec.schedule in args.exact_match_schedules:
+    if args.exact_match and spec.seed in args.exact_match_seeds and spec.label in args.exact_match_schedules:
         em_steps = {args.steps} | ({0} if not step0_cache.get("exact_match_base_done") else set())
         step0_cache["exact_match_base_done"] = True
     recorder = Recorder(model=model, tokenizer=tokenizer, rows=eval_rows, exact_match_steps=em_steps, args=args)
@@ -214,7 +231,8 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
     trainer.step0 = None if spec.repacking else step0_cache.get((spec.task, spec.quant))
     summary = trainer.train()
     step0_cache.setdefault((spec.task, spec.quant), trainer.step0_report)
-    result = {"spec": spec.__dict__, "name": spec.name, "k": trainer.k, "num_layers": trainer.selective.num_layers,
+    result = {"spec": spec.__dict__, "name": spec.name, "label": spec.label, "k": trainer.k,
+              "cycle_length": trainer.schedule.cycle_length, "num_layers": trainer.selective.num_layers,
               "train_seconds": recorder.train_s, "evals": recorder.evals, "steps": recorder.steps,
               "peak_memory_mib": summary["peak_memory_mib"], "run_dir": summary["run_dir"],
               "threads": torch.get_num_threads(), "torch": torch.__version__}
@@ -247,15 +265,17 @@ def grid(args) -> list[RunSpec]:
             map(int, args.seeds.split(",")), map(float, args.lrs.split(",")), args.schedules.split(","),
             [m == "on" for m in args.momentum.split(",")], [r == "on" for r in args.bnb_cpu_repacking.split(",")],
             args.quant.split(",")):
+        name, fraction, full_every = parse_schedule(sched, args.fraction)
         steps = int(extend.get(sched, args.steps))
-        specs.append(RunSpec(args.task, sched, seed, lr, steps, mom, rep, quant, args.fraction))
+        specs.append(RunSpec(args.task, name, seed, lr, steps, mom, rep, quant, fraction, full_every))
     return specs
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "wikitext"])
-    ap.add_argument("--schedules", default="full,freeze,cyclic,random")
+    ap.add_argument("--schedules", default="full,freeze,cyclic,random",
+                    help="comma-separated tokens name[/full_every][@fraction], e.g. topfull/2,cyclic@0.5")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--lrs", default="2e-4")
     ap.add_argument("--momentum", default="on", help="momentum_for_skipped: on, off or on,off")
@@ -263,7 +283,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quant", default="nf4")
     ap.add_argument("--fraction", type=float, default=0.25, help="k as a fraction of the decoder layers")
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--extend", default="", help="per-schedule step counts, e.g. cyclic=100 (equal-time view)")
+    ap.add_argument("--extend", default="", help="per-schedule step counts, e.g. cyclic=100,topfull/2=48 "
+                    "(equal-time view)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--seq", type=int, default=384, help="max tokens per example (gsm8k) or block (wikitext)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import SCHEDULES
+from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES, check_full_every
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -62,8 +62,9 @@ class LoraSettings:
 
 @dataclass
 class LCSBSettings:
-    """Selective backprop (arXiv 2602.13073): `schedule` (cyclic, random, importance, full, freeze),
-    `k` layers per step or `fraction` of the decoder layers (default a quarter), `momentum_for_skipped`
+    """Selective backprop: `schedule` (one of `lcsb_core.schedules.SCHEDULES`, whose module docstring
+    says what each means), `k` layers per step or `fraction` of the decoder layers (default a quarter;
+    `full` uses all), `full_every` (`topfull`: a full backward every N-th step), `momentum_for_skipped`
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule)."""
@@ -71,6 +72,7 @@ class LCSBSettings:
     schedule: str = "cyclic"
     k: int | None = None
     fraction: float | None = None
+    full_every: int = DEFAULT_FULL_EVERY
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
     importance_refresh_every: int = 10
@@ -83,6 +85,7 @@ class LCSBSettings:
         _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k", f"must be an integer >= 1, got {self.k!r}")
         _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction", f"must be in (0, 1], got {self.fraction!r}")
         _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
+        check_full_every(self.full_every)
 
 
 @dataclass

@@ -76,17 +76,21 @@ def _shapes(cfg: dict) -> dict[str, tuple[int, int]]:
 def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_rank: int = 16,
                       target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                          "up_proj", "down_proj"),
-                      batch_size: int = 4, seq_len: int = 256, k: int | None = None, schedule: str = "cyclic",
+                      batch_size: int = 4, seq_len: int = 256, backprop_layers: int | None = None,
                       gradient_checkpointing: bool = False, device: str = "cpu",
-                      checkpoint_bytes: int = 0) -> MemoryEstimate:
+                      checkpoint_bytes: int = 0, compute_dtype: str | None = None) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
 
     Args:
         model_config: the model's config.json as a dict (hidden_size, intermediate_size,
             num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size, tie_word_embeddings).
-        k: layers back-propagated per step (LCSB); None means all (the `full` schedule).
+        backprop_layers: the most decoder layers one step back-propagates, whose activations it keeps
+            (`Schedule.max_backprop_layers()`); None means all L (full backprop).
         seq_len: tokens per example after truncation (the job's max_seq_len is the safe bound).
         checkpoint_bytes: size of the model's weight files (0: loading not modelled).
+        compute_dtype: `bf16` or `fp32`, what an NF4 base computes in (`lcsb_core.models.quantization.
+            compute_dtype`); None: `assumed_compute_dtype(device)`. fp32 doubles the per-layer
+            activations and the non-quantized base tensors.
 
     Raises:
         KeyError: the config lacks one of the fields above.
@@ -96,15 +100,18 @@ def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_ran
     linear_params = L * sum(a * b for a, b in shapes.values())
     other_params = v * h * (1 if model_config.get("tie_word_embeddings", True) else 2) + L * 2 * h + h
     if quantization == "nf4":
-        weights = linear_params * NF4_BYTES_PER_PARAM + other_params * 2
+        compute_dtype = compute_dtype or assumed_compute_dtype(device)
+        act_scale = 2 if compute_dtype == "fp32" else 1
+        weights = linear_params * NF4_BYTES_PER_PARAM + other_params * 2 * act_scale
     else:
+        act_scale = 2 if quantization == "fp32" else 1
         weights = (linear_params + other_params) * (4 if quantization == "fp32" else 2)
     lora_params = L * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in target_modules)
     tokens = batch_size * seq_len
-    per_layer = tokens * (24 * h + 12 * i)
-    kept = L if schedule in ("full", "freeze", "importance") or k is None else min(k, L)
+    per_layer = tokens * (24 * h + 12 * i) * act_scale
+    kept = L if backprop_layers is None else min(backprop_layers, L)
     if gradient_checkpointing:
-        layer_act = kept * tokens * 4 * h + per_layer
+        layer_act = kept * tokens * 4 * h * act_scale + per_layer
     else:
         layer_act = kept * per_layer
     head = 9 * tokens * v
@@ -120,6 +127,13 @@ def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_ran
     )
 
 
+def assumed_compute_dtype(device: str) -> str:
+    """What an NF4 job is assumed to compute in where the process cannot look at the hardware (the
+    API routing to a worker class): `bf16` on CUDA; `fp32` on CPU, the larger of the two, because a
+    CPU without bf16 matrix units computes in fp32 (`lcsb_core.models.quantization.compute_dtype`)."""
+    return "bf16" if device.startswith("cuda") else "fp32"
+
+
 def estimate_for_config(cfg) -> MemoryEstimate:
     """Estimate for a `TrainConfig` (reads the model folder's config.json; resolves k from the fraction).
 
@@ -127,16 +141,20 @@ def estimate_for_config(cfg) -> MemoryEstimate:
         ModelLoadError: the model folder cannot be found.
     """
     from lcsb_core.models.loading import resolve_model_path
-    from lcsb_core.schedules import resolve_k
+    from lcsb_core.schedules import schedule_for
 
     folder = Path(resolve_model_path(cfg.model.name_or_path))
     model_config = json.loads((folder / "config.json").read_text())
     files = sum(f.stat().st_size for f in folder.glob("*.safetensors")) or sum(f.stat().st_size for f in folder.glob("*.bin"))
-    L = model_config["num_hidden_layers"]
-    k = None if cfg.lcsb.schedule == "full" else resolve_k(L, cfg.lcsb.k, cfg.lcsb.fraction)
+    schedule = schedule_for(cfg.lcsb, num_layers=model_config["num_hidden_layers"])
     device = "cpu" if cfg.model.device in ("cpu", "auto") else cfg.model.device
+    import torch
+
+    from lcsb_core.models.quantization import compute_dtype
+
+    dtype = "fp32" if compute_dtype(torch.device(device)) == torch.float32 else "bf16"
     return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
                              target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
-                             seq_len=cfg.data.max_seq_len, k=k, schedule=cfg.lcsb.schedule,
+                             seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
-                             checkpoint_bytes=files)
+                             checkpoint_bytes=files, compute_dtype=dtype)

@@ -1,9 +1,34 @@
-"""Layer-selection schedules: which decoder layers are back-propagated at each optimizer step.
+"""Layer-selection schedules: which decoder layers are trained (their LoRA parameters get gradients) at
+each optimizer step, and what happens to the others. The one place that says what a schedule name means.
 
 A schedule is a small pure object (no torch): `layers_for_step(step) -> frozenset[int]` with 0-based
-layer indices, the same answer for the same (step, seed) every time, so a resumed run selects exactly
-what an uninterrupted one would. Follows LCSB (Park et al., arXiv 2602.13073, Sec. 3) and the
-LISA/BAdam-style `freeze` peer (arXiv 2403.17919, 2404.02827).
+decoder-layer indices (0 = nearest the embeddings), the same answer for the same (step, seed) every
+time, so a resumed run selects exactly what an uninterrupted one would. Each class also states its
+facts, which the trainer, the memory estimate and the service read instead of comparing names:
+
+- `identity_skip`: True for the paper's LCSB (Park et al., arXiv 2602.13073, Sec. 3): a layer that is
+  not trained but lies above a trained one runs without autograd and is the identity in backward
+  (`h_out = h_in + stop_gradient(f(h_in) - h_in)`), so trained layers below it get a *surrogate*
+  gradient. False for the exact-gradient schedules: untrained layers are frozen (LoRA parameters
+  without grad) but back-propagated through exactly, so every trained layer gets its true gradient.
+- `backprop_layers(step)`: the layers whose backward runs at that step (what a step costs and which
+  activations it keeps). Under exact gradients that is every layer from the lowest trained one to the
+  top; below the lowest trained layer nothing requires grad, so autograd records nothing there.
+- `cycle_length`: steps after which the selection pattern repeats (every layer reached once, for the
+  cycling schedules); benchmarks read schedules at whole cycles.
+
+The schedules (L decoder layers, k per step):
+
+| name | trained at step t | gradient | backward through |
+|---|---|---|---|
+| `cyclic` | block t mod ceil(L/k) of k contiguous layers (paper default) | surrogate | the block |
+| `random` | k layers drawn uniformly, seeded by (seed, t) (paper) | surrogate | the k layers |
+| `importance` | k layers with the largest gradient norm at the last full probe (paper) | surrogate | the k layers |
+| `freeze` | like `cyclic` (LISA / BAdam peer, arXiv 2403.17919, 2404.02827) | exact | block to top |
+| `top` | the top k layers, every step | exact | top k |
+| `topfull` | `top`, and all L layers every `full_every`-th step | exact | top k / all |
+| `tail` | every layer above a cut that moves down by k each step, cycling | exact | cut to top |
+| `full` | all L layers (plain LoRA) | exact | all |
 
 Usage:
     sched = make_schedule("cyclic", num_layers=30, k=8, seed=42)
@@ -15,10 +40,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from lcsb_core.errors import ConfigError
 
-SCHEDULES = ("cyclic", "random", "importance", "full", "freeze")
+DEFAULT_FULL_EVERY = 4
+"""`topfull`'s default: a full backward every 4th step (chosen by the decision grid, BENCHMARKS.md)."""
 
 
 def resolve_k(num_layers: int, k: int | None = None, fraction: float | None = None) -> int:
@@ -40,20 +67,52 @@ def resolve_k(num_layers: int, k: int | None = None, fraction: float | None = No
 
 
 @dataclass(frozen=True)
-class CyclicSchedule:
-    """The paper's default: layers split into `ceil(L/k)` contiguous blocks; step `t` trains block
-    `t mod ceil(L/k)` (the last block may be shorter). Contiguous blocks rather than stride order:
-    the gradient of a contiguous block passes through no skipped layer between its members, so within
-    the block it is exact; with stride order every selected layer but the top one sees the skipped
-    layers' residual-only approximation. Every layer is trained once per cycle of `ceil(L/k)` steps."""
+class Schedule:
+    """Base of every schedule: `num_layers` (L) decoder layers, `k` trained per step (L for `full`)."""
 
     num_layers: int
     k: int
 
+    name: ClassVar[str]
+    identity_skip: ClassVar[bool] = False
+
     @property
     def cycle_length(self) -> int:
-        """Steps per full cycle over all layers."""
+        """Steps per cycle over all layers, ceil(L/k)."""
         return math.ceil(self.num_layers / self.k)
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        raise NotImplementedError
+
+    def backprop_layers(self, step: int) -> frozenset[int]:
+        """Layers whose backward runs at `step`: the trained ones under identity skip; otherwise every
+        layer from the lowest trained one up to the top (the exact path)."""
+        selected = self.layers_for_step(step)
+        if self.identity_skip:
+            return selected
+        return frozenset(range(min(selected), self.num_layers)) if selected else frozenset()
+
+    def max_backprop_layers(self) -> int:
+        """The most layers any step back-propagates (sets the activation-memory peak)."""
+        return max(len(self.backprop_layers(t)) for t in range(self.cycle_length))
+
+    def describe(self) -> str:
+        """One line for people: what trains per step, e.g. "8 of 30 layers per step (cyclic, surrogate
+        gradient)"."""
+        grad = "surrogate gradient" if self.identity_skip else "exact gradient"
+        return f"{self.k} of {self.num_layers} layers per step ({self.name}, {grad})"
+
+
+@dataclass(frozen=True)
+class CyclicSchedule(Schedule):
+    """The paper's default: layers split into `ceil(L/k)` contiguous blocks; step `t` trains block
+    `t mod ceil(L/k)` (the last block may be shorter); layers above the block are identity-skipped.
+    Contiguous blocks rather than stride order: the gradient of a contiguous block passes through no
+    skipped layer between its members, so within the block it is exact; with stride order every
+    selected layer but the top one sees the skipped layers' residual-only approximation."""
+
+    name: ClassVar[str] = "cyclic"
+    identity_skip: ClassVar[bool] = True
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         block = step % self.cycle_length
@@ -61,36 +120,116 @@ class CyclicSchedule:
 
 
 @dataclass(frozen=True)
-class RandomSchedule:
-    """`k` layers drawn uniformly without replacement at each step, from a generator seeded by
-    `(seed, step)` so any step's answer is reproducible on its own (resume-safe)."""
+class FreezeSchedule(CyclicSchedule):
+    """LISA/BAdam-style peer: the same blocks as `cyclic`, but the other layers are frozen and
+    back-propagated through, so the block gets its exact gradient (backward runs from the top down to
+    the block)."""
 
-    num_layers: int
-    k: int
+    name: ClassVar[str] = "freeze"
+    identity_skip: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class RandomSchedule(Schedule):
+    """The paper's random variant: `k` layers drawn uniformly without replacement at each step, from a
+    generator seeded by `(seed, step)` so any step's answer is reproducible on its own (resume-safe).
+    Unselected layers are identity-skipped."""
+
     seed: int = 0
+    name: ClassVar[str] = "random"
+    identity_skip: ClassVar[bool] = True
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         rng = random.Random(self.seed * 1_000_003 + step)
         return frozenset(rng.sample(range(self.num_layers), self.k))
 
+    def backprop_layers(self, step: int) -> frozenset[int]:
+        return self.layers_for_step(step)
+
+    def max_backprop_layers(self) -> int:
+        return self.k
+
 
 @dataclass(frozen=True)
-class FullSchedule:
-    """All layers every step: plain LoRA back-propagation, the baseline."""
+class FullSchedule(Schedule):
+    """All layers every step: plain LoRA back-propagation, the baseline (k = L)."""
 
-    num_layers: int
+    name: ClassVar[str] = "full"
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         return frozenset(range(self.num_layers))
+
+    def describe(self) -> str:
+        return f"all {self.num_layers} layers per step (full backprop)"
+
+
+@dataclass(frozen=True)
+class TopSchedule(Schedule):
+    """The top `k` decoder layers (nearest the LM head) every step, with their exact gradient; the
+    backward stops below them, so a step costs a forward plus k layers' backward. Layers below never
+    train (their LoRA B stays at its zero init)."""
+
+    name: ClassVar[str] = "top"
+
+    @property
+    def cycle_length(self) -> int:
+        return 1
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        return frozenset(range(self.num_layers - self.k, self.num_layers))
+
+
+@dataclass(frozen=True)
+class TopFullSchedule(Schedule):
+    """`top` on most steps and a full backward (all L layers, exact) on every `full_every`-th step
+    (1-based steps N, 2N, ...), so every layer trains once per `full_every` steps. Average backward
+    work per step: (k (N-1) + L) / N layers."""
+
+    full_every: int = DEFAULT_FULL_EVERY
+    name: ClassVar[str] = "topfull"
+
+    @property
+    def cycle_length(self) -> int:
+        return self.full_every
+
+    def is_full_step(self, step: int) -> bool:
+        """True when 0-based `step` back-propagates every layer."""
+        return (step + 1) % self.full_every == 0
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        low = 0 if self.is_full_step(step) else self.num_layers - self.k
+        return frozenset(range(low, self.num_layers))
+
+    def describe(self) -> str:
+        return (f"top {self.k} of {self.num_layers} layers per step, all {self.num_layers} once every "
+                f"{self.full_every} steps (topfull, exact gradient)")
+
+
+@dataclass(frozen=True)
+class TailSchedule(Schedule):
+    """Every layer above a cut trains; the cut moves down by `k` layers each step and wraps, from the
+    top down: step t trains layers [max(0, L - (t mod c + 1) k), L) with c = ceil(L/k), so the whole
+    model is reached in c steps (the last step of a cycle is a full step). A step back-propagates what
+    `freeze`'s would on average, but trains every layer it back-propagates through, exactly."""
+
+    name: ClassVar[str] = "tail"
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        depth = (step % self.cycle_length + 1) * self.k
+        return frozenset(range(max(0, self.num_layers - depth), self.num_layers))
+
+    def describe(self) -> str:
+        return (f"the top {self.k}, {2 * self.k}, ... of {self.num_layers} layers in turn, all {self.num_layers} "
+                f"once every {self.cycle_length} steps (tail, exact gradient)")
 
 
 @dataclass
 class ImportanceSchedule:
     """Importance-based selection (the paper's comparison): every `refresh_every` steps the trainer
     runs one full backward (`needs_probe(step)` is True) and reports per-layer LoRA gradient norms
-    via `observe`; the following steps train the `k` layers with the largest norms. Until the first
-    probe it behaves like the cyclic schedule. The probe costs a full backward, which is why this
-    schedule is slower per step on average; the benchmark measures it.
+    via `observe`; the following steps train the `k` layers with the largest norms, identity-skipping
+    the others. Until the first probe it behaves like the cyclic schedule. The probe costs a full
+    backward, which is why this schedule is slower per step on average; the benchmark measures it.
 
     It holds state (the last scores), so it is resumed from `state_dict()`."""
 
@@ -98,6 +237,13 @@ class ImportanceSchedule:
     k: int
     refresh_every: int = 10
     scores: dict[int, float] = field(default_factory=dict)
+
+    name: ClassVar[str] = "importance"
+    identity_skip: ClassVar[bool] = True
+    cycle_length = property(lambda self: self.refresh_every)
+    max_backprop_layers = Schedule.max_backprop_layers
+    backprop_layers = Schedule.backprop_layers
+    describe = Schedule.describe
 
     def needs_probe(self, step: int) -> bool:
         return step % self.refresh_every == 0
@@ -121,19 +267,57 @@ class ImportanceSchedule:
         self.observe({int(i): v for i, v in state.get("scores", {}).items()})
 
 
-def make_schedule(name: str, *, num_layers: int, k: int, seed: int = 0, refresh_every: int = 10):
-    """Build a schedule by name (one of `SCHEDULES`). `freeze` selects layers like `cyclic`; what
-    differs is how the trainer treats the others (frozen but back-propagated through).
+_CLASSES: dict[str, type] = {c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule,
+                                                 TopSchedule, TopFullSchedule, TailSchedule, FullSchedule)}
+SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
+"""Every schedule name, in the order the docs list them."""
+EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if not c.identity_skip)
+
+
+def check_full_every(full_every) -> int:
+    """`full_every` (steps between full backward passes of `topfull`) if it is an integer >= 2.
 
     Raises:
-        ConfigError: unknown name (the message lists the valid ones).
+        ConfigError: otherwise, naming `lcsb.full_every`.
     """
-    if name in ("cyclic", "freeze"):
-        return CyclicSchedule(num_layers, k)
-    if name == "random":
+    if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 2:
+        raise ConfigError(f"lcsb.full_every must be an integer >= 2 (steps between full backward passes), "
+                          f"got {full_every!r}")
+    return full_every
+
+
+def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction: float | None = None,
+                  seed: int = 0, refresh_every: int = 10, full_every: int = DEFAULT_FULL_EVERY):
+    """Build a schedule by name (one of `SCHEDULES`), resolving `k` from `k` or `fraction` (`full` ignores
+    both and uses k = L; with neither given k is a quarter of L).
+
+    Raises:
+        ConfigError: unknown name (the message lists the valid ones), `k`/`fraction` out of range, or
+            `full_every` < 2 (each message names its field).
+    """
+    cls = _CLASSES.get(name)
+    if cls is None:
+        raise ConfigError(f"lcsb.schedule must be one of {', '.join(SCHEDULES)}; got {name!r}")
+    if cls is FullSchedule:
+        return FullSchedule(num_layers, num_layers)
+    if k is None and fraction is None:
+        fraction = 0.25
+    k = resolve_k(num_layers, k, fraction)
+    if cls is RandomSchedule:
         return RandomSchedule(num_layers, k, seed)
-    if name == "importance":
+    if cls is ImportanceSchedule:
         return ImportanceSchedule(num_layers, k, refresh_every)
-    if name == "full":
-        return FullSchedule(num_layers)
-    raise ConfigError(f"lcsb.schedule must be one of {', '.join(SCHEDULES)}; got {name!r}")
+    if cls is TopFullSchedule:
+        return TopFullSchedule(num_layers, k, check_full_every(full_every))
+    return cls(num_layers, k)
+
+
+def schedule_for(lcsb, *, num_layers: int, seed: int = 0):
+    """The schedule of an `LCSBSettings` (`lcsb_core.config`) for a model with `num_layers` decoder
+    layers: the one way the trainer, the memory estimate and the service resolve a job's schedule.
+
+    Raises:
+        ConfigError: as `make_schedule`.
+    """
+    return make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
+                         refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every)

@@ -23,11 +23,12 @@ from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
+from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.memory_probe import peak_mib, release_free_memory, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
-from lcsb_core.schedules import ImportanceSchedule, make_schedule, resolve_k
+from lcsb_core.schedules import ImportanceSchedule, schedule_for
 from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
 
@@ -60,13 +61,12 @@ class Trainer:
 
             self.train_dataset, self.eval_dataset = load_datasets(cfg, self.tokenizer)
         torch.manual_seed(cfg.seed)
-        skip_mode = LayerMode.FROZEN if cfg.lcsb.schedule == "freeze" else LayerMode.SKIP
+        self.schedule = schedule_for(cfg.lcsb, num_layers=len(decoder_layers(self.model)), seed=cfg.seed)
+        self.k = self.schedule.k
+        skip_mode = LayerMode.SKIP if self.schedule.identity_skip else LayerMode.FROZEN
         self.selective = SelectiveBackprop(self.model, skip_mode=skip_mode,
                                            gradient_checkpointing=cfg.lcsb.gradient_checkpointing)
         num_layers = self.selective.num_layers
-        self.k = resolve_k(num_layers, cfg.lcsb.k, cfg.lcsb.fraction)
-        self.schedule = make_schedule(cfg.lcsb.schedule, num_layers=num_layers, k=self.k, seed=cfg.seed,
-                                      refresh_every=cfg.lcsb.importance_refresh_every)
         self.params = [p for i in range(num_layers) for p in self.selective.params_by_layer[i]]
         self.optimizer = build_optimizer(self.params, cfg.optim)
         self.tracker = UpdateTracker(self.selective.params_by_layer)
@@ -223,7 +223,9 @@ class Trainer:
         return summary
 
     def _model_facts(self) -> dict:
-        return {"num_layers": self.selective.num_layers, "k": self.k, "device": str(self.device),
+        return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,
+                "schedule_description": self.schedule.describe(),
+                "full_every": getattr(self.schedule, "full_every", None), "device": str(self.device),
                 "lora_parameters": sum(p.numel() for p in self.params),
                 "train_examples": len(self.train_dataset.examples),
                 "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,

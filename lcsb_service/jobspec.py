@@ -13,7 +13,7 @@ Mapping (API -> TrainConfig):
     hyperparameters.max_steps / warmup_steps / weight_decay / lr_schedule -> max_steps / optim.*
     method.lora.{rank, alpha, dropout, target_modules}                  -> lora.*
     method.quantization                                                 -> model.quantization
-    method.lcsb.{schedule, k, fraction, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
+    method.lcsb.{schedule, k, fraction, full_every, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
     method.max_seq_len (default min(512, the model's context)), method.train_on_inputs -> data.*
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
     method.on_truncation                                                -> data.on_truncation
@@ -34,7 +34,7 @@ from typing import Any
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import ConfigError
 from lcsb_core.memory import estimate_peak_mib
-from lcsb_core.schedules import resolve_k
+from lcsb_core.schedules import schedule_for
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest, Unprocessable
 from lcsb_service.settings import Settings
@@ -160,17 +160,19 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     try:
         cfg = TrainConfig.from_dict(raw)
         cfg.check_honoured()
-        k = None if cfg.lcsb.schedule == "full" else resolve_k(model.num_layers, cfg.lcsb.k, cfg.lcsb.fraction)
+        schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
     except ConfigError as exc:
         raise _request_error(exc) from exc
-    estimate, queue = route(model, cfg, k, settings)
-    return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=describe_method(cfg, hp, k),
+    estimate, queue = route(model, cfg, schedule, settings)
+    resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence", False))}
+    return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue)
 
 
-def describe_method(cfg: TrainConfig, hp: dict[str, Any], k: int | None) -> dict[str, Any]:
+def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str, Any]:
     """The job's `method` as resolved: OpenAI's `supervised.hyperparameters` plus the LoRA,
-    quantization and LCSB settings the trainer will use (`lcsb.layers_per_step` is k resolved)."""
+    quantization and LCSB settings the trainer will use (`lcsb.layers_per_step` is k resolved, L for
+    `full`; `full_every` only for `topfull`)."""
     return {
         "type": "supervised",
         "supervised": {"hyperparameters": {name: hp[name] for name in
@@ -179,14 +181,15 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], k: int | None) -> dict
                  "target_modules": list(cfg.lora.target_modules)},
         "quantization": cfg.model.quantization,
         "lcsb": {"schedule": cfg.lcsb.schedule, "k": cfg.lcsb.k, "fraction": cfg.lcsb.fraction,
-                 "layers_per_step": k, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
+                 "layers_per_step": schedule.k, "full_every": getattr(schedule, "full_every", None),
+                 "exact_gradient": not schedule.identity_skip, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
         "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
     }
 
 
-def route(model: ModelInfo, cfg: TrainConfig, k: int | None, settings: Settings) -> tuple[dict[str, Any], str]:
+def route(model: ModelInfo, cfg: TrainConfig, schedule, settings: Settings) -> tuple[dict[str, Any], str]:
     """The smallest worker class whose memory cap holds the estimated peak x (1 + headroom).
 
     Raises:
@@ -196,10 +199,10 @@ def route(model: ModelInfo, cfg: TrainConfig, k: int | None, settings: Settings)
     for wc in sorted(settings.worker_classes, key=lambda w: w.memory_mib):
         est = estimate_peak_mib(model.config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
                                 target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
-                                seq_len=cfg.data.max_seq_len, k=k, schedule=cfg.lcsb.schedule,
+                                seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
                                 gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=wc.device,
                                 checkpoint_bytes=model.checkpoint_bytes)
-        summary = {**est.to_dict(), "k": k, "device": wc.device, "queue": wc.queue, "memory_cap_mib": wc.memory_mib,
+        summary = {**est.to_dict(), "k": schedule.k, "device": wc.device, "queue": wc.queue, "memory_cap_mib": wc.memory_mib,
                    "required_mib": round(est.total_mib * (1 + settings.memory_headroom), 1)}
         if summary["required_mib"] <= wc.memory_mib:
             return summary, wc.queue

@@ -57,13 +57,11 @@ class JobReporter(TrainerCallback):
         self.total_steps, self.steps_done = info["total_steps"], info["start_step"]
         cfg = info["config"]
         self.log_every = int(cfg.get("log_every", 1))
-        per_step = "all" if cfg["lcsb"]["schedule"] == "full" else str(info["k"])
         with _reporting("the start", self.job_id), self.db.session() as s:
-            add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, {info['num_layers']} layers "
-                      f"({per_step} trained per step, {cfg['lcsb']['schedule']}), {info['train_examples']} "
-                      f"examples, {info['device']}",
-                      data={k: info[k] for k in ("total_steps", "num_layers", "k", "device", "train_examples",
-                                                 "eval_examples", "lora_parameters", "start_step")})
+            add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, "
+                      f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}",
+                      data={k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every", "device",
+                                                 "train_examples", "eval_examples", "lora_parameters", "start_step")})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 
     def on_step(self, r: StepReport) -> None:

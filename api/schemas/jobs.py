@@ -49,13 +49,17 @@ class LoraMethod(BaseModel):
 
 
 class LCSBMethod(BaseModel):
-    """Layer-Cyclic Selective Backpropagation: `k` layers per step or a `fraction` of them (default a
-    quarter), the schedule, momentum updates of skipped layers, gradient checkpointing."""
+    """Selective backprop: the schedule (what each name means: `lcsb_core.schedules`; exact-gradient
+    `top`, `topfull`, `tail`, `freeze`, the paper's surrogate-gradient LCSB `cyclic`, `random`,
+    `importance`, and `full`), `k` layers per step or a `fraction` of them (default a quarter),
+    `full_every` (`topfull`: a full backward every N-th step, N >= 2), momentum updates of untrained
+    layers, gradient checkpointing. Unset fields take the trainer's defaults (`lcsb_core.config`)."""
 
     model_config = Strict
-    schedule: Literal[SCHEDULES] = "cyclic"  # type: ignore[valid-type]
+    schedule: Literal[SCHEDULES] | None = None  # type: ignore[valid-type]
     k: int | None = Field(default=None, ge=1, le=1024)
     fraction: float | None = Field(default=None, gt=0, le=1)
+    full_every: int | None = Field(default=None, ge=2, le=1_000_000)
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
 
@@ -81,6 +85,9 @@ class Method(BaseModel):
     save_every: int = Field(default=0, ge=0, le=10_000_000)
     on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
         default=None, description="report (default) or fail: what an example longer than max_seq_len does")
+    stop_on_divergence: bool = Field(default=False, description=(
+        "fail the job with code `diverged` when training diverges without NaN (the train loss past 3x "
+        "its early mean, or the eval loss past 1.25x its start); without it the job gets a warning"))
 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters
@@ -146,6 +153,9 @@ class JobObject(BaseModel):
     progress: Progress
     memory_estimate: dict[str, Any]
     queue: str
+    warnings: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "what went wrong in a run that did not fail: `{code: \"diverged\", criterion, step, start, now, "
+        "message}` when the train or eval loss diverged without NaN"))
     data_report: dict[str, Any] | None = Field(default=None, description=(
         "the worker's check of the datasets with the model's tokenizer, per file (`training_file`, "
         "`validation_file`): examples, usable, truncated and dropped (no target token left) with their "
@@ -163,6 +173,6 @@ class JobObject(BaseModel):
             trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,
             estimated_finish=unix(job.estimated_finish), metadata=job.metadata_, method=job.method,
             user_provided_suffix=job.suffix, memory_estimate=job.memory_estimate, queue=job.queue,
-            data_report=job.data_report,
+            data_report=job.data_report, warnings=list(job.warnings or []),
             progress=Progress(steps_completed=job.steps_completed, total_steps=job.total_steps, percent=percent,
                               peak_memory_mib=job.peak_memory_mib, heartbeat_at=unix(job.heartbeat_at)))

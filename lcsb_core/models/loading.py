@@ -85,7 +85,7 @@ def load_base_model(path: Path, *, quantization: str, device: torch.device) -> t
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelLoadError(f"model type {config.model_type!r} is not supported; supported decoder "
                              f"architectures: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    kwargs = dict(dtype=base_dtype(quantization), local_files_only=True, attn_implementation="sdpa")
+    kwargs = dict(dtype=base_dtype(quantization, device), local_files_only=True, attn_implementation="sdpa")
     qconf = quantization_config(quantization, device)
     if qconf is not None:
         kwargs.update(quantization_config=qconf, device_map={"": device})

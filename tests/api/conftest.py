@@ -103,7 +103,7 @@ def settings(database_url, model_dir, tmp_path_factory) -> Settings:
     return Settings(environment="test", secret_key=SECRET, database_url=database_url, data_dir=tmp,
                     storage_url=str(tmp / "storage"), model_dirs=[model_dir], max_upload_bytes=8 * 2**20,
                     broker_url="memory://", sse_poll_interval_s=0.05,
-                    worker_classes=[WorkerClass(queue="cpu-4g", memory_mib=4096),
+                    worker_classes=[WorkerClass(queue="cpu-6g", memory_mib=6144),
                                     WorkerClass(queue="cpu-32g", memory_mib=32768)])
 
 

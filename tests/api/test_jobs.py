@@ -27,17 +27,38 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     assert lcsb["layers_per_step"] == 6 and job["method"]["lora"]["rank"] == 8 and job["method"]["max_seq_len"] == 256
     est = job["memory_estimate"]
     assert est["total_mib"] > 0 and est["required_mib"] <= est["memory_cap_mib"] and est["k"] == 6
-    assert job["queue"] == "cpu-4g" == est["queue"]
+    assert job["queue"] == "cpu-6g" == est["queue"]
     assert job["progress"] == {"steps_completed": 0, "total_steps": None, "percent": None,
                                "peak_memory_mib": None, "heartbeat_at": None}
-    assert (job["id"], "cpu-4g") in app.state.enqueuer.calls
+    assert (job["id"], "cpu-6g") in app.state.enqueuer.calls
     with app.state.db.session() as s:
         cfg = s.get(Job, job["id"]).train_config
     assert cfg["data"]["train_file"] == f["id"] and cfg["lora"]["target_modules"] == ["q_proj", "v_proj"]
     assert cfg["optim"]["learning_rate"] == pytest.approx(2e-4) and cfg["save_every"] == 10 and cfg["epochs"] == 2
     events = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", headers=alice.headers).json()["data"]
     assert events[-1]["message"] == f"Created fine-tuning job: {job['id']}"
-    assert "queued on cpu-4g" in events[0]["message"]
+    assert "queued on cpu-6g" in events[0]["message"]
+
+
+@pytest.mark.parametrize("lcsb,per_step,full_every,exact", [
+    ({"schedule": "top", "k": 6}, 6, None, True),
+    ({"schedule": "topfull", "fraction": 0.5, "full_every": 3}, 15, 3, True),
+    ({"schedule": "tail"}, 8, None, True),
+    ({"schedule": "full", "k": 4}, 30, None, True),
+    ({"schedule": "cyclic"}, 8, None, False),
+])
+def test_every_schedule_is_accepted_and_resolved(client, alice, lcsb, per_step, full_every, exact):
+    job = job_ok(client, alice, method={"lcsb": lcsb})
+    resolved = job["method"]["lcsb"]
+    assert resolved["schedule"] == lcsb["schedule"] and resolved["layers_per_step"] == per_step
+    assert resolved["full_every"] == full_every and resolved["exact_gradient"] is exact
+
+
+def test_schedules_that_back_propagate_every_layer_are_estimated_like_full(client, alice):
+    est = {name: job_ok(client, alice, method={"lcsb": {"schedule": name}})["memory_estimate"]["activations_mib"]
+           for name in ("full", "tail", "topfull", "top", "cyclic")}
+    assert est["tail"] == est["topfull"] == est["full"]  # each reaches a full-depth backward in its cycle
+    assert est["top"] == est["cyclic"] < est["full"]  # 8 layers keep activations
 
 
 def test_hyperparameters_in_method_and_learning_rate(client, alice):
@@ -75,6 +96,8 @@ BAD_BODIES = [
     ({"method": {"lcsb": {"k": 31}}}, 400, "invalid_hyperparameters", "method.lcsb.k"),
     ({"method": {"lcsb": {"k": 4, "fraction": 0.5}}}, 400, "invalid_value", "method.lcsb"),
     ({"method": {"lcsb": {"schedule": "sometimes"}}}, 400, "invalid_value", "method.lcsb.schedule"),
+    ({"method": {"lcsb": {"schedule": "topfull", "full_every": 1}}}, 400, "invalid_value", "method.lcsb.full_every"),
+    ({"method": {"lcsb": {"schedule": "top", "k": 31}}}, 400, "invalid_hyperparameters", "method.lcsb.k"),
     ({"method": {"quantization": "int3"}}, 400, "invalid_value", "method.quantization"),
     ({"method": {"max_seq_len": 16384}}, 400, None, "method.max_seq_len"),
     ({"method": {"type": "dpo"}}, 400, "invalid_value", "method.type"),
@@ -110,7 +133,7 @@ def test_idempotency_key_returns_the_same_job(client, alice, bob, app):
     first = create_job(client, alice, f["id"], headers=key, seed=1).json()
     again = create_job(client, alice, f["id"], headers=key, seed=1)
     assert again.status_code == 200 and again.json()["id"] == first["id"]
-    assert [c for c in app.state.enqueuer.calls if c[0] == first["id"]] == [(first["id"], "cpu-4g")]
+    assert [c for c in app.state.enqueuer.calls if c[0] == first["id"]] == [(first["id"], "cpu-6g")]
     assert_error(create_job(client, alice, f["id"], headers=key, seed=2), 409, "idempotency_key_reused")
     other = create_job(client, bob, upload_ok(client, bob)["id"], headers=key, seed=1)
     assert other.status_code == 200 and other.json()["id"] != first["id"]

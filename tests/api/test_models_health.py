@@ -83,7 +83,7 @@ def test_metrics(client, alice):
     text = client.get("/metrics").text
     assert 'lcsb_http_requests_total{method="POST",route="/v1/fine_tuning/jobs",status="2xx"}' in text
     assert 'lcsb_http_requests_total{method="GET",route="/v1/files",status="4xx"}' in text
-    assert "lcsb_upload_bytes_total" in text and 'lcsb_jobs_created_total{queue="cpu-4g"}' in text
+    assert "lcsb_upload_bytes_total" in text and 'lcsb_jobs_created_total{queue="cpu-6g"}' in text
     assert 'lcsb_jobs{status="queued"}' in text
     assert "lcsb_http_request_duration_seconds_bucket" in text
 

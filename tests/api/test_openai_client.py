@@ -29,7 +29,7 @@ def test_files_jobs_events_cancel(oa):
                 "lora": {"rank": 8}, "lcsb": {"schedule": "cyclic", "k": 5}, "max_seq_len": 256},
         extra_headers={"Idempotency-Key": "openai-client-job"})
     assert job.status == "queued" and job.hyperparameters.n_epochs == 2 and job.hyperparameters.batch_size == 2
-    assert job.method.type == "supervised" and job.model_extra["queue"] == "cpu-4g"
+    assert job.method.type == "supervised" and job.model_extra["queue"] == "cpu-6g"
     assert job.method.model_extra["lcsb"]["layers_per_step"] == 5 and job.method.model_extra["lora"]["rank"] == 8
     again = oa.fine_tuning.jobs.create(
         model=SMOL, training_file=f.id, seed=42, suffix="oa", metadata={"client": "openai"},

@@ -73,7 +73,7 @@ def test_submit_from_yaml_uploads_local_files(lcsb, tmp_path):
     shown = lcsb("jobs", "get", job["id"])
     assert shown.exit_code == 0
     assert "LCSB cyclic, 5 layers/step" in shown.stdout and "LoRA r8" in shown.stdout
-    assert f"suite={tag}" in shown.stdout and "cpu-4g" in shown.stdout
+    assert f"suite={tag}" in shown.stdout and "cpu-6g" in shown.stdout
 
     cancelled = lcsb("jobs", "cancel", job["id"])
     assert cancelled.exit_code == 0 and cancelled.stdout.strip() == f"{job['id']} cancelled"

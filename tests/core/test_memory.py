@@ -26,17 +26,19 @@ from lcsb_core.step import run_step
 spec = json.loads(sys.argv[1])
 model = apply_lora(load_base_model(resolve_model_path("SmolLM2-135M-Instruct"), quantization=spec["quant"],
                                    device=torch.device("cpu")), LoraSettings(rank=spec["rank"]), seed=0)
-sel = SelectiveBackprop(model, skip_mode=LayerMode.FROZEN if spec["schedule"] == "freeze" else LayerMode.SKIP,
+sched = make_schedule(spec["schedule"], num_layers=30, k=spec["k"])
+sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN,
                         gradient_checkpointing=spec["ckpt"])
 params = [p for i in range(sel.num_layers) for p in sel.params_by_layer[i]]
 opt, tracker = build_optimizer(params, OptimSettings()), UpdateTracker(sel.params_by_layer)
-sched = make_schedule(spec["schedule"], num_layers=sel.num_layers, k=spec["k"] or sel.num_layers)
 ids = torch.randint(3, 49000, (spec["batch"], spec["seq"]), generator=torch.Generator().manual_seed(0))
 batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-for step in range(-(-sel.num_layers // (spec["k"] or sel.num_layers))):
+for step in range(sched.cycle_length):
     tracker.snapshot()
     run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True, max_grad_norm=1.0)
-print(json.dumps({"peak_mib": peak_mib(torch.device("cpu"))}))
+dtype = model.get_input_embeddings().weight.dtype
+print(json.dumps({"peak_mib": peak_mib(torch.device("cpu")), "max_backprop_layers": sched.max_backprop_layers(),
+                  "compute_dtype": "fp32" if dtype == torch.float32 else "bf16"}))
 """
 
 CONFIGS = [
@@ -44,7 +46,9 @@ CONFIGS = [
     dict(schedule="cyclic", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
     dict(schedule="cyclic", k=8, batch=4, seq=256, ckpt=True, quant="nf4", rank=16),
     dict(schedule="freeze", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
-    dict(schedule="full", k=None, batch=4, seq=256, ckpt=False, quant="bf16", rank=8),
+    dict(schedule="top", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
+    dict(schedule="tail", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
+    dict(schedule="full", k=None, batch=2, seq=128, ckpt=False, quant="bf16", rank=8),
 ]
 
 
@@ -53,11 +57,12 @@ CONFIGS = [
 def test_estimate_within_25_percent_of_measured_peak(spec):
     folder = ensure_default_model()
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(spec)], capture_output=True, text=True, check=True)
-    measured = json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    measured = probe["peak_mib"]
     config = json.loads((folder / "config.json").read_text())
     est = estimate_peak_mib(config, quantization=spec["quant"], lora_rank=spec["rank"], batch_size=spec["batch"],
-                            seq_len=spec["seq"], k=spec["k"], schedule=spec["schedule"],
-                            gradient_checkpointing=spec["ckpt"],
+                            seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"],
+                            gradient_checkpointing=spec["ckpt"], compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(folder / "model.safetensors").stat().st_size)
     print(spec, "measured", round(measured), "estimated", round(est.total_mib), est.to_dict())
     assert abs(est.total_mib - measured) <= 0.25 * measured, (measured, est.to_dict())

@@ -13,7 +13,7 @@ from lcsb_core.config import LoraSettings
 from lcsb_core.lora import apply_lora
 from lcsb_core.loss import lm_loss_sums
 from lcsb_core.models.loading import load_base_model
-from lcsb_core.models.quantization import quantization_config
+from lcsb_core.models.quantization import base_dtype, compute_dtype, cpu_has_native_bf16, quantization_config
 from tests.core.tiny import batch, tiny_base
 
 
@@ -36,9 +36,16 @@ def grads(model):
 def test_config_per_device():
     cpu = quantization_config("nf4", torch.device("cpu"))
     assert cpu.load_in_4bit and cpu.bnb_4bit_quant_type == "nf4" and not cpu.bnb_4bit_use_double_quant
-    assert cpu.bnb_4bit_compute_dtype == torch.bfloat16
+    assert cpu.bnb_4bit_compute_dtype == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
     assert quantization_config("nf4", torch.device("cuda")).bnb_4bit_use_double_quant
     assert quantization_config("bf16", torch.device("cpu")) is None
+
+
+def test_nf4_computes_in_the_dtype_the_hardware_multiplies_fast():
+    assert compute_dtype(torch.device("cuda")) == torch.bfloat16
+    assert base_dtype("nf4", torch.device("cpu")) == compute_dtype(torch.device("cpu"))
+    assert base_dtype("bf16", torch.device("cpu")) == torch.bfloat16  # an explicit choice stays
+    assert base_dtype("fp32", torch.device("cuda")) == torch.float32
 
 
 def test_base_linears_are_nf4(nf4_model):

@@ -3,7 +3,10 @@
 import pytest
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import CyclicSchedule, ImportanceSchedule, RandomSchedule, make_schedule, resolve_k
+from lcsb_core.config import LCSBSettings
+from lcsb_core.schedules import (EXACT_GRADIENT_SCHEDULES, SCHEDULES, CyclicSchedule, ImportanceSchedule,
+                                   RandomSchedule, TailSchedule, TopFullSchedule, TopSchedule, make_schedule,
+                                   resolve_k, schedule_for)
 
 
 @pytest.mark.parametrize("num_layers,k", [(30, 8), (30, 1), (30, 30), (4, 3), (7, 2)])
@@ -59,3 +62,78 @@ def test_resolve_k_errors_name_the_field():
         resolve_k(30, fraction=0.0)
     with pytest.raises(ConfigError, match="lcsb.schedule"):
         make_schedule("sideways", num_layers=4, k=1)
+
+
+def test_top_trains_the_top_k_every_step():
+    sched = make_schedule("top", num_layers=30, k=8)
+    assert isinstance(sched, TopSchedule) and sched.cycle_length == 1
+    assert all(sched.layers_for_step(t) == frozenset(range(22, 30)) for t in range(7))
+    assert sched.backprop_layers(3) == frozenset(range(22, 30)) and sched.max_backprop_layers() == 8
+
+
+def test_topfull_is_top_with_a_full_step_every_nth():
+    sched = make_schedule("topfull", num_layers=30, k=8, full_every=3)
+    assert isinstance(sched, TopFullSchedule) and sched.cycle_length == 3
+    picks = [sched.layers_for_step(t) for t in range(9)]
+    assert [len(p) for p in picks] == [8, 8, 30] * 3  # 1-based steps 3, 6, 9 are full
+    assert picks[0] == frozenset(range(22, 30)) and picks[2] == frozenset(range(30))
+    assert sched.max_backprop_layers() == 30
+
+
+@pytest.mark.parametrize("num_layers,k", [(30, 8), (30, 15), (18, 4), (5, 5), (7, 3)])
+def test_tail_moves_the_cut_down_by_k_and_reaches_every_layer(num_layers, k):
+    sched = TailSchedule(num_layers, k)
+    cycle = [sched.layers_for_step(t) for t in range(sched.cycle_length)]
+    assert sched.cycle_length == -(-num_layers // k)
+    for t, sel in enumerate(cycle):  # every layer above the cut, nothing below
+        assert sel == frozenset(range(max(0, num_layers - (t + 1) * k), num_layers))
+    assert cycle[-1] == frozenset(range(num_layers))  # whole model reached at the cycle's end
+    assert sched.layers_for_step(sched.cycle_length) == cycle[0]
+    assert sched.backprop_layers(0) == cycle[0]  # trains everything it back-propagates through
+
+
+def test_tail_30_layers_k8():
+    sched = make_schedule("tail", num_layers=30, k=8)
+    assert [min(sched.layers_for_step(t)) for t in range(5)] == [22, 14, 6, 0, 22]
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_every_schedule_is_pure_in_seed_and_step(name):
+    a = make_schedule(name, num_layers=12, k=3, seed=7)
+    b = make_schedule(name, num_layers=12, k=3, seed=7)
+    steps = [0, 5, 1, 11, 5, 40]  # any order, repeated: a resumed run sees the same selections
+    assert [a.layers_for_step(t) for t in steps] == [b.layers_for_step(t) for t in reversed(steps)][::-1]
+    assert all(sel and sel <= frozenset(range(12)) for sel in (a.layers_for_step(t) for t in steps))
+
+
+def test_exact_schedules_backprop_from_the_lowest_trained_layer_to_the_top():
+    assert set(EXACT_GRADIENT_SCHEDULES) == {"freeze", "top", "topfull", "tail", "full"}
+    freeze = make_schedule("freeze", num_layers=30, k=8)
+    assert freeze.backprop_layers(1) == frozenset(range(8, 30)) and freeze.max_backprop_layers() == 30
+    cyclic = make_schedule("cyclic", num_layers=30, k=8)
+    assert cyclic.backprop_layers(1) == frozenset(range(8, 16)) and cyclic.max_backprop_layers() == 8
+
+
+def test_full_uses_every_layer_whatever_k_says():
+    sched = schedule_for(LCSBSettings(schedule="full", k=3), num_layers=30)
+    assert sched.k == 30 and sched.layers_for_step(0) == frozenset(range(30))
+    assert "all 30 layers" in sched.describe()
+
+
+def test_settings_resolve_through_one_function():
+    sched = schedule_for(LCSBSettings(schedule="topfull", fraction=0.5, full_every=2), num_layers=30)
+    assert (sched.name, sched.k, sched.full_every) == ("topfull", 15, 2)
+    assert sched.describe() == "top 15 of 30 layers per step, all 30 once every 2 steps (topfull, exact gradient)"
+
+
+@pytest.mark.parametrize("bad", [1, 0, -3, 2.5, True])
+def test_full_every_below_two_names_the_field(bad):
+    with pytest.raises(ConfigError, match="lcsb.full_every"):
+        LCSBSettings(schedule="topfull", full_every=bad)
+    with pytest.raises(ConfigError, match="lcsb.full_every"):
+        make_schedule("topfull", num_layers=30, k=8, full_every=bad)
+
+
+def test_k_above_the_layer_count_names_the_field():
+    with pytest.raises(ConfigError, match="lcsb.k"):
+        make_schedule("top", num_layers=30, k=31)

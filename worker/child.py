@@ -6,8 +6,9 @@ First it joins its memory cage (`worker.limits.enter_cage`) and arranges to die 
 (`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets from
 storage, checks them with the model's tokenizer and records what training will see
 (`worker.datacheck`, before the model loads), runs the trainer with `JobReporter` (events, progress,
-checkpoints, per-step cancel check)
-and writes its `Outcome` as JSON to `spec["result_path"]`. SIGUSR1 from the supervisor means "time
+checkpoints, per-step cancel check) and `DivergenceWatch` (a finite divergence: warning, or failure
+`diverged` with `method.stop_on_divergence`), and writes its `Outcome` as JSON to
+`spec["result_path"]`. SIGUSR1 from the supervisor means "time
 limit reached": the loop stops before its next step and the outcome is `timeout`. The supervisor
 turns the outcome (or the exit status, when there is none) into the job's terminal state.
 
@@ -99,16 +100,27 @@ def _cap_cuda(spec: dict) -> None:
     torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cage"]["cap_mib"] * 2**20 / total), device)
 
 
+def _stop_on_divergence(db, job_id: str) -> bool:  # noqa: ANN001 - Database
+    from lcsb_service.models import Job
+
+    with db.session() as s:
+        method = s.get(Job, job_id).method or {}
+    return bool(method.get("stop_on_divergence", False))
+
+
 def train(spec: dict, stop: threading.Event) -> Outcome:
     """Run the job's training; every ending becomes an Outcome (nothing is raised)."""
     from lcsb_service.db import Database
     from lcsb_service.storage import Storage
+    from worker.divergence import DivergenceWatch
     from worker.reporter import JobReporter
 
     db, storage = Database(spec["database_url"]), Storage(spec["storage_url"])
     reporter = JobReporter(db, storage, spec["job_id"], spec["fine_tuned_model"], stop)
+    watch = DivergenceWatch(db, spec["job_id"], spec["run_dir"])
     names: dict[str, str] = {}
     try:
+        watch.stop = _stop_on_divergence(db, spec["job_id"])
         with ExitStack() as stack:
             cfg, names = training_config(spec, db, storage, stack)
             from lcsb_core.errors import TrainingCancelled
@@ -119,8 +131,13 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
             if spec["device"].startswith("cuda"):
                 _cap_cuda(spec)
             try:
-                summary = Trainer(cfg, callbacks=[reporter], train_dataset=train_set, eval_dataset=eval_set).train()
+                summary = Trainer(cfg, callbacks=[watch, reporter], train_dataset=train_set,
+                                  eval_dataset=eval_set).train()
             except TrainingCancelled:
+                if watch.stopped:
+                    return Outcome.failed("diverged", f"{watch.verdict['message']}; stopped because "
+                                          "method.stop_on_divergence is set", steps=reporter.steps_done,
+                                          peak_memory_mib=reporter.peak_mib or None)
                 if not stop.is_set():
                     return Outcome(CANCELLED, steps=reporter.steps_done, peak_memory_mib=reporter.peak_mib or None)
                 return Outcome.failed("timeout", f"The job reached its time limit of {spec['time_limit_s']:.0f} s "

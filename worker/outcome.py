@@ -6,6 +6,8 @@
         DataError                   invalid_file   (param: the file's request field, `err.param`,
                                                     else training_file)
         DivergenceError             nan_loss
+        finite divergence with      diverged       (worker.divergence; without the option the job
+        method.stop_on_divergence                   succeeds with a `diverged` warning)
         time limit                  timeout        (soft: asked to stop; hard: killed)
         MemoryError, CUDA OOM,      oom            (with the measured peak)
         a kernel OOM kill

@@ -86,8 +86,9 @@ class Method(BaseModel):
     on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
         default=None, description="report (default) or fail: what an example longer than max_seq_len does")
     stop_on_divergence: bool = Field(default=False, description=(
-        "fail the job with code `diverged` when training diverges without NaN (the train loss past 3x "
-        "its early mean, or the eval loss past 1.25x its start); without it the job gets a warning"))
+        "fail the job with code `diverged` when training diverges without NaN (the mean train loss of "
+        "the last 3 steps past 3x the first step's, or the eval loss past 1.25x its start); without it "
+        "the job succeeds with a `diverged` warning"))
 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters

@@ -12,6 +12,7 @@ a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Each file of
 
 from __future__ import annotations
 
+import gzip
 import json
 import tarfile
 import tempfile
@@ -37,10 +38,12 @@ RUN_FILES = {"selection_history.jsonl": "selection_history", "metrics.csv": "met
 def _archive(folder: Path, key: str, storage: Storage, arcname: str = "adapter") -> int:
     """Store `folder` (minus EXCLUDED) as a gzipped tar under `key`; returns its size in bytes."""
     with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
-        with tarfile.open(tmp.name, "w:gz") as tar:
+        # gzip records the name of the file it writes; give it none (not the worker's temporary file)
+        with gzip.GzipFile(filename="", mode="wb", fileobj=tmp) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
             for path in sorted(folder.rglob("*")):
                 if path.is_file() and path.name not in EXCLUDED:
                     tar.add(path, arcname=f"{arcname}/{path.relative_to(folder).as_posix()}")
+        tmp.flush()
         return storage.put_file(tmp.name, key)
 
 

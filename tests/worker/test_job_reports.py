@@ -35,13 +35,15 @@ def rows_with_a_long_prompt() -> list[dict]:
 
 
 def texts_of(data: bytes) -> list[tuple[str, str]]:
-    """(name, text) of a download: each member of a .tar.gz, else the bytes themselves."""
+    """(name, text) of a download: the raw bytes (a gzip header names its source file), then each member
+    of a .tar.gz."""
+    raw = ("(raw)", data.decode("utf-8", "replace"))
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            return [(m.name, tar.extractfile(m).read().decode("utf-8", "replace")) for m in tar.getmembers()
-                    if m.isfile()]
+            return [raw] + [(m.name, tar.extractfile(m).read().decode("utf-8", "replace"))
+                            for m in tar.getmembers() if m.isfile()]
     except tarfile.ReadError:
-        return [("", data.decode("utf-8", "replace"))]
+        return [raw]
 
 
 def test_dropped_examples_are_named_and_fail_on_request(make_settings, start_worker, make_service):
@@ -105,7 +107,7 @@ def test_no_download_event_or_object_names_a_worker_path(make_settings, start_wo
     assert len([k for k in downloads if k.startswith("ftckpt-")]) == 1  # step 2; step 4 is the final adapter
 
     forbidden = {str(tmp_path_factory.getbasetemp()), str(model_dir), str(Path.home()) + "/", str(ROOT),
-                 str(settings.resolved_runs_dir)}
+                 str(settings.resolved_runs_dir), "/tmp", ".tar\x00"}  # ".tar\0": a gzip header's file name
     for name, data in downloads.items():
         for member, text in texts_of(data):
             for path in forbidden:

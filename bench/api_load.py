@@ -155,15 +155,17 @@ def world(settings: Settings, log_dir: Path) -> Iterator[tuple[str, dict[str, st
             time.sleep(0.2)
         rows = "".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} plus {i}?"},
                                                 {"role": "assistant", "content": f"{2 * i}, because numbers add"}]})
-                       + "\n" for i in range(12))
+                       + "\n" for i in range(48))  # 2,400 steps: trains throughout
         r = httpx.post(f"{url}/v1/files", headers=headers, data={"purpose": "fine-tune"},
                        files={"file": ("train.jsonl", rows.encode())}, timeout=60)
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"upload refused: {r.text}")
         job = httpx.post(f"{url}/v1/fine_tuning/jobs", headers=headers, timeout=60, json={
             "model": "tiny-llama", "training_file": r.json()["id"], "seed": 1,
-            "hyperparameters": {"batch_size": 2, "n_epochs": 1000, "learning_rate": 1e-3},
+            "hyperparameters": {"batch_size": 2, "n_epochs": 100, "learning_rate": 1e-3},
             "method": {"quantization": "fp32", "max_seq_len": 64, "lora": {"rank": 2, "alpha": 4}, "lcsb": {"k": 1}}})
-        job.raise_for_status()
+        if job.status_code != 200:
+            raise RuntimeError(f"job creation refused: {job.text}")
         job_id = job.json()["id"]
         deadline = time.monotonic() + 120
         while httpx.get(f"{url}/v1/fine_tuning/jobs/{job_id}", headers=headers).json()["status"] != "running":

@@ -161,12 +161,25 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         cfg = TrainConfig.from_dict(raw)
         cfg.check_honoured()
         schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
+        _check_schedule_options(method.get("lcsb") or {}, schedule)
     except ConfigError as exc:
         raise _request_error(exc) from exc
     estimate, queue = route(model, cfg, schedule, settings)
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence", False))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue)
+
+
+def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
+    """`full_every` set on a schedule that has no full backward steps is an error, not a silent no-op
+    (asks the resolved schedule object, not its name).
+
+    Raises:
+        ConfigError: naming `lcsb.full_every`.
+    """
+    if given.get("full_every") is not None and getattr(schedule, "full_every", None) != given["full_every"]:
+        raise ConfigError(f"lcsb.full_every: has no effect with schedule {schedule.name!r} (only topfull has full "
+                          "backward steps); remove it")
 
 
 def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str, Any]:

@@ -110,3 +110,18 @@ def test_chat_data_needs_a_model_with_a_chat_template(client, alice, model_dir):
         for f in folder.iterdir():
             f.unlink()
         folder.rmdir()
+
+
+@pytest.mark.parametrize("lcsb, param", [
+    ({"schedule": "cyclic", "full_every": 3}, "method.lcsb.full_every"),
+    ({"schedule": "top", "k": 4, "full_every": 2}, "method.lcsb.full_every"),
+])
+def test_schedule_options_the_schedule_does_not_use(client, alice, lcsb, param):
+    f = upload_ok(client, alice)
+    err = assert_error(create_job(client, alice, f["id"], method={"lcsb": lcsb}), 400, "invalid_hyperparameters", param)
+    assert err["message"].startswith(f"{param}: has no effect with schedule '{lcsb['schedule']}'")
+
+
+@pytest.mark.parametrize("lcsb", [{"schedule": "cyclic", "k": 4}, {"schedule": "topfull", "k": 4, "full_every": 3}])
+def test_schedule_options_that_take_effect(client, alice, lcsb):
+    assert job_ok(client, alice, method={"lcsb": lcsb})["method"]["lcsb"]["schedule"] == lcsb["schedule"]

@@ -15,7 +15,7 @@ from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
 from api.schemas.common import Page, errors
 from api.schemas.files import FileDeleted, FileObject
 from lcsb_service.db import after_commit
-from lcsb_service.errors import Conflict, InvalidRequest
+from lcsb_service.errors import Conflict, NotFound, InvalidRequest
 from lcsb_service.files import store_upload
 from lcsb_service.models import TERMINAL_STATUSES, File, Job
 
@@ -80,7 +80,10 @@ def delete_file(file: FileDep, session: SessionDep, storage: StorageDep) -> File
     if in_use:
         raise Conflict(f"file {file.id} is used by a job that has not finished", code="file_in_use",
                        param="file_id")
-    session.delete(session.get(File, file.id))
+    row = session.get(File, file.id)
+    if row is None:  # deleted by a concurrent request since the lookup
+        raise NotFound(f"no such file: {file.id}", code="file_not_found", param="file_id")
+    session.delete(row)
     key = file.storage_key
     after_commit(session, lambda: storage.delete(key))
     return FileDeleted(id=file.id, deleted=True)

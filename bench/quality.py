@@ -297,8 +297,13 @@ def main(argv=None) -> None:
     ap.add_argument("--gen-batch", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads on CPU (0 = torch default; 1 when other jobs share the cores: OpenMP "
+                         "barriers under oversubscription made small matmuls ~30x slower here)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     args.exact_match_seeds = {int(x) for x in args.exact_match_seeds.split(",")}
     args.exact_match_schedules = set(args.exact_match_schedules.split(","))
     out = Path(args.out)

@@ -1,16 +1,18 @@
-"""Step time and peak memory: full backprop vs freeze vs LCSB, measured side by side in one process.
+"""Step time and peak memory of each schedule against full backprop, measured side by side in one process.
 
-    python bench/step_time.py                                  # CPU: SmolLM2-135M NF4, batch 4, seq 256
+    python bench/step_time.py --schedules full,top,topfull/4,topfull/2,tail,freeze,cyclic   # CPU: SmolLM2-135M NF4, 4 x 256
     python bench/step_time.py --quant nf4,bf16 --checkpointing both --fractions 0.125,0.25,0.5
     python bench/step_time.py --device cuda --shapes smollm2-135m,qwen2.5-0.5b,llama-3.2-1b,qwen2.5-3b \
         --seq 512                                                # GPU: random weights of on-device shapes
 
-Each row: `--warmup` steps, then the mean over whole schedule cycles (at least `--steps`) of optimizer steps (forward, backward, AdamW) on
-the same random batch (every token a target). Also measured: the forward pass alone (with autograd
-recording, all layers trainable: the floor a step cannot beat) and the full backward
-(= full step - forward). The ideal LCSB step is `forward + (k/L) * (full step - forward)`.
-Memory: CUDA peak allocated; on CPU the peak resident set (after `malloc_trim`, VmHWM reset per row)
-and, exactly, the bytes autograd saved for backward (`saved_tensors_hooks`), both in MiB.
+Rows run **interleaved** (see `bench_model`): `--warmup-rounds` untimed rounds, then `--rounds` rounds,
+each running one whole cycle of every row (so a schedule is never timed mid-cycle) on the same random
+batch (every token a target): optimizer steps (forward, backward, AdamW). Also measured: the forward
+pass alone (with autograd recording, all layers trainable: the floor a step cannot beat). The ideal
+step is `forward + (backprop layers / L) * (full step - forward)`, with a schedule's mean backprop
+layers per step (`Schedule.backprop_layers`). Memory: CUDA peak allocated; on CPU the peak resident set
+(after `malloc_trim`, VmHWM reset per row) and, exactly, the bytes autograd saved for backward
+(`saved_tensors_hooks`), both in MiB.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
 from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak  # noqa: E402
 from lcsb_core.models.loading import load_base_model, resolve_model_path  # noqa: E402
 from lcsb_core.optim import build_optimizer  # noqa: E402
-from lcsb_core.schedules import CyclicSchedule, resolve_k  # noqa: E402
+from lcsb_core.schedules import make_schedule  # noqa: E402
 from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
 from lcsb_core.step import run_step  # noqa: E402
 
@@ -90,32 +92,23 @@ class SavedBytes:
         self._ctx.__exit__(*exc)
 
 
-def measure(fn, device, warmup: int, steps: int) -> tuple[float, float, float]:
-    """(mean seconds, peak MiB, largest saved-activation MiB) of `steps` calls of `fn()`. Callers pass
-    whole cycles of the schedule: freeze/LCSB step times depend on which block is selected."""
-    for _ in range(warmup):
-        fn()
-    release_free_memory(device)
-    reset_peak(device)
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    peak = peak_mib(device)
-    saved = 0.0
-    for _ in range(steps):  # untimed, after the peak is read
-        with SavedBytes() as sb:
-            fn()
-        saved = max(saved, sb.bytes / MIB)
-    return statistics.fmean(times), peak, saved
+def timed(fn, device) -> float:
+    """Seconds of one call of `fn()` (CUDA synchronized on both sides)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict]:
+    """Rows for every schedule token of `--schedules` plus the forward pass, measured **interleaved**:
+    each of `--rounds` rounds runs one whole cycle of every row, in an order rotated round by round,
+    so drift, warm-up and allocator state spread over all rows instead of landing on whichever row
+    runs first. A row's step time is the median over rounds of its per-cycle mean; its peak memory is
+    the largest over rounds (reset before each row's cycle)."""
     base = load_base_model(folder, quantization=quant, device=device)
     model = apply_lora(base, LoraSettings(rank=args.rank), seed=0)
     sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
@@ -127,11 +120,12 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
     release_free_memory(device)
     idle = current_mib(device)
+    counter = [0]
 
-    def step(selected, skip_mode, ckpt, t=[0], momentum=True):
+    def step(selected, skip_mode, ckpt, momentum=True):
         sel.skip_mode, sel.gradient_checkpointing = skip_mode, ckpt
-        run_step(model, sel, opt, [batch], selected, step=t[0], momentum_for_skipped=momentum, max_grad_norm=1.0)
-        t[0] += 1
+        run_step(model, sel, opt, [batch], selected, step=counter[0], momentum_for_skipped=momentum, max_grad_norm=1.0)
+        counter[0] += 1
 
     def forward_only():
         sel.select(range(L))
@@ -139,59 +133,78 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
         with autocast_for(model):
             lm_loss_sums(model, batch).loss_sum.detach()
 
-    rows = []
-
-    def row(name, k, ckpt, fn):
-        cycle = -(-L // k)
-        steps = cycle * max(1, -(-args.steps // cycle))  # whole cycles, at least --steps
-        sec, peak, saved = measure(fn, device, args.warmup, steps)
-        rows.append(dict(model=label, quant=quant, schedule=name, k=k, layers=L, checkpointing=ckpt,
-                         step_s=sec, peak_mib=peak, peak_over_idle_mib=peak - idle if device.type == "cpu" else peak,
-                         saved_activations_mib=saved))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-
-    all_layers = frozenset(range(L))
+    rows = []  # (row dict, list of per-step callables for one cycle)
     for ckpt in args.checkpointing:
-        row("full", L, ckpt, lambda: step(all_layers, LayerMode.SKIP, ckpt))
         if not ckpt:
-            row("forward", L, False, forward_only)
-        for frac in args.fractions:
-            k = resolve_k(L, fraction=frac)
-            cyc = CyclicSchedule(L, k)
-            counter = iter(range(10**9))
-            row("freeze", k, ckpt, lambda: step(cyc.layers_for_step(next(counter)), LayerMode.FROZEN, ckpt))
-            counter2 = iter(range(10**9))
-            row("lcsb", k, ckpt, lambda: step(cyc.layers_for_step(next(counter2)), LayerMode.SKIP, ckpt))
-            if args.momentum_off_rows:
-                counter3 = iter(range(10**9))
-                row("lcsb-momentum-off", k, ckpt,
-                    lambda: step(cyc.layers_for_step(next(counter3)), LayerMode.SKIP, ckpt, momentum=False))
+            rows.append((dict(schedule="forward", k=L), [forward_only]))
+        for token in args.schedules:
+            name, _, every = token.removesuffix("-momentum-off").partition("/")
+            for frac in ([1.0] if name == "full" else args.fractions):
+                sched = make_schedule(name, num_layers=L, fraction=frac, full_every=int(every or 4))
+                mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
+                mom = not token.endswith("-momentum-off")
+                fns = [lambda t=t, s=sched, m=mode, c=ckpt, o=mom: step(s.layers_for_step(t), m, c, o)
+                       for t in range(sched.cycle_length)]
+                rows.append((dict(schedule=token, k=sched.k, checkpointing=ckpt,
+                                  backprop_layers=statistics.fmean(len(sched.backprop_layers(t))
+                                                                   for t in range(sched.cycle_length))), fns))
+    times = {i: [] for i in range(len(rows))}
+    peaks = {i: 0.0 for i in range(len(rows))}
+    for rnd in range(args.warmup_rounds + args.rounds):
+        order = list(range(len(rows)))
+        order = order[rnd % len(order):] + order[:rnd % len(order)]
+        for i in order:
+            release_free_memory(device)
+            reset_peak(device)
+            cycle = [timed(fn, device) for fn in rows[i][1]]
+            if rnd >= args.warmup_rounds:
+                times[i].append(statistics.fmean(cycle))
+                peaks[i] = max(peaks[i], peak_mib(device))
+        print(f"round {rnd + 1}/{args.warmup_rounds + args.rounds}: "
+              + ", ".join(f"{rows[i][0]['schedule']} {times[i][-1]:.2f}s" for i in order if times[i]),
+              file=sys.stderr, flush=True)
+    out = []
+    for i, (row, fns) in enumerate(rows):
+        saved = 0.0
+        for fn in fns:  # untimed, after the peaks are read
+            with SavedBytes() as sb:
+                fn()
+            saved = max(saved, sb.bytes / MIB)
+        out.append(dict(model=label, quant=quant, layers=L, checkpointing=row.get("checkpointing", False), **row,
+                        step_s=statistics.median(times[i]), step_s_rounds=times[i], peak_mib=peaks[i],
+                        peak_over_idle_mib=peaks[i] - idle if device.type == "cpu" else peaks[i],
+                        saved_activations_mib=saved))
+        print(json.dumps(out[-1]), file=sys.stderr, flush=True)
     release_free_memory(device)
-    return rows
+    return out
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| model | quant | schedule | k/L | ckpt | step (s) | vs full | vs freeze | ideal (s) | of ideal | "
-           "peak (MiB) | peak over idle (MiB) | mem vs full | saved act. (MiB) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown: per row the step time (median over rounds), its spread, the speed-up over full backprop
+    and over freeze at the same k, the ideal (forward + the back-propagated share of full's backward)
+    and the memory columns."""
+    out = ["| model | quant | schedule | k/L | backprop layers | ckpt | step (s) | rounds min-max (s) | vs full | "
+           "vs freeze | ideal (s) | of ideal | peak (MiB) | peak over idle (MiB) | mem vs full | saved act. (MiB) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         same = [x for x in rows if x["model"] == r["model"] and x["quant"] == r["quant"]]
         fwd = next(x for x in same if x["schedule"] == "forward")
         full = next((x for x in same if x["schedule"] == "full" and x["checkpointing"] == r["checkpointing"]), None)
         freeze = next((x for x in same if x["schedule"] == "freeze" and x["k"] == r["k"]
                        and x["checkpointing"] == r["checkpointing"]), None)
-        ideal = fwd["step_s"] + r["k"] / r["layers"] * (full["step_s"] - fwd["step_s"]) if full else None
+        is_step = r["schedule"] != "forward"
+        ideal = (fwd["step_s"] + r["backprop_layers"] / r["layers"] * (full["step_s"] - fwd["step_s"])
+                 if full and is_step else None)
         show = lambda v, f: f.format(v) if v is not None else ""  # noqa: E731
-        is_lcsb = r["schedule"].startswith("lcsb")
         out.append("| " + " | ".join([
-            r["model"], r["quant"], r["schedule"], f"{r['k']}/{r['layers']}", "on" if r["checkpointing"] else "off",
-            f"{r['step_s']:.3f}",
-            show(full["step_s"] / r["step_s"] if full and r["schedule"] != "forward" else None, "{:.2f}x"),
-            show(freeze["step_s"] / r["step_s"] if freeze and is_lcsb else None, "{:.2f}x"),
-            show(ideal if is_lcsb else None, "{:.3f}"),
-            show(ideal / r["step_s"] if is_lcsb and ideal else None, "{:.0%}"),
+            r["model"], r["quant"], r["schedule"], f"{r['k']}/{r['layers']}",
+            show(r.get("backprop_layers"), "{:.1f}"), "on" if r["checkpointing"] else "off",
+            f"{r['step_s']:.3f}", f"{min(r['step_s_rounds']):.2f}-{max(r['step_s_rounds']):.2f}",
+            show(full["step_s"] / r["step_s"] if full and is_step else None, "{:.2f}x"),
+            show(freeze["step_s"] / r["step_s"] if freeze and is_step and r is not freeze else None, "{:.2f}x"),
+            show(ideal, "{:.3f}"), show(ideal / r["step_s"] if ideal else None, "{:.0%}"),
             f"{r['peak_mib']:.0f}", f"{r['peak_over_idle_mib']:.0f}",
-            show(r["peak_over_idle_mib"] / full["peak_over_idle_mib"] if full and r["schedule"] != "forward" else None, "{:.2f}x"),
+            show(r["peak_over_idle_mib"] / full["peak_over_idle_mib"] if full and is_step else None, "{:.2f}x"),
             f"{r['saved_activations_mib']:.0f}",
         ]) + " |")
     return "\n".join(out)
@@ -208,14 +221,16 @@ def main(argv=None) -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--fractions", default="0.25", help="comma list of k/L")
     ap.add_argument("--checkpointing", default="off", choices=["off", "on", "both"])
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--schedules", default="full,freeze,cyclic",
+                    help="comma list of schedule tokens name[/full_every], e.g. full,top,topfull/4,tail,freeze,cyclic; "
+                         "a -momentum-off suffix (cyclic-momentum-off) gives skipped layers None gradients")
+    ap.add_argument("--warmup-rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs one whole cycle of every row)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
     ap.add_argument("--json", default="", help="also write rows to this JSON file")
-    ap.add_argument("--momentum-off-rows", action="store_true",
-                    help="add an LCSB row with momentum_for_skipped off (None grads: AdamW skips those layers)")
     args = ap.parse_args(argv)
     args.fractions = [float(f) for f in args.fractions.split(",")]
+    args.schedules = args.schedules.split(",")
     args.checkpointing = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -228,7 +243,7 @@ def main(argv=None) -> None:
             for quant in args.quant.split(","):
                 rows += bench_model(folder, label, quant, args, device)
     print(f"device={args.device} batch={args.batch} seq={args.seq} rank={args.rank} "
-          f"warmup={args.warmup} steps={args.steps} threads={torch.get_num_threads()} torch={torch.__version__}")
+          f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} torch={torch.__version__}")
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

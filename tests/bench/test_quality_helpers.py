@@ -86,3 +86,35 @@ def test_equal_steps_and_equal_time_tables_compare_against_full_of_the_same_seed
     time_table = report.equal_time_table(runs, 10)
     # full reaches 1.5 after 20 s; cyclic crosses 1.5 at 10 + 10 * (1.53 - 1.5) / (1.53 - 1.4) s
     assert f"| {10 + 10 * 0.03 / 0.13:.0f} | {(10 + 10 * 0.03 / 0.13) / 20:.2f}x | 1.4000 |" in time_table
+
+
+def _lr_run(label, lr, evals, steps):
+    run = _run(label.split("/")[0].split("@")[0], 0, evals, 1.0, steps)
+    run["spec"]["lr"], run["label"] = lr, label
+    return run
+
+
+STEP_ROWS = [{"schedule": "forward", "k": 30, "layers": 30, "step_s": 1.0},
+             {"schedule": "full", "k": 30, "layers": 30, "step_s": 3.0},
+             {"schedule": "top", "k": 8, "layers": 30, "step_s": 1.5},      # 2.0x
+             {"schedule": "topfull/4", "k": 8, "layers": 30, "step_s": 2.0},  # 1.5x
+             {"schedule": "freeze", "k": 8, "layers": 30, "step_s": 2.5}]     # 1.2x: below the rule
+
+
+def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule():
+    runs = [_lr_run("full", 2e-4, [(0, 2.0), (12, 1.2)], 12), _lr_run("full", 8e-4, [(0, 2.0), (12, 1.0)], 12),
+            _lr_run("top", 2e-4, [(0, 2.0), (12, 1.5), (24, 1.3)], 24),
+            _lr_run("top", 8e-4, [(0, 2.0), (12, 1.4), (24, 1.2)], 24),
+            _lr_run("topfull/4", 8e-4, [(0, 2.0), (12, 1.1), (24, 0.9)], 24),
+            _lr_run("freeze", 8e-4, [(0, 2.0), (12, 1.05), (24, 0.5)], 24)]
+    rows, default = report.decision(runs, 12, STEP_ROWS)
+    by = {r["schedule"]: r for r in rows}
+    assert by["full"]["best_lr"] == 8e-4 and by["top"]["best_lr"] == 8e-4
+    assert by["top"]["recovered"] == pytest.approx((2.0 - 1.4) / (2.0 - 1.0))
+    assert by["top"]["speed"] == pytest.approx(2.0) and by["top"]["eval_loss_at_full_time"] == pytest.approx(1.2)
+    # topfull/4 at 1.5x: full's 12-step time is 18 of its steps, halfway from 1.1 to 0.9
+    assert by["topfull/4"]["eval_loss_at_full_time"] == pytest.approx(1.0)
+    assert by["freeze"]["speed"] == pytest.approx(1.2)
+    assert default == "topfull/4"  # freeze is better at that time but slower than the 1.35x rule allows
+    table = report.decision_table(rows, default, 12)
+    assert "| topfull/4 (default) | n/a | 1.1000 | 0.0008 | 90% | 1.50x | 1.0000 |" in table

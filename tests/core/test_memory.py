@@ -48,7 +48,7 @@ CONFIGS = [
     dict(schedule="freeze", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
     dict(schedule="top", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
     dict(schedule="tail", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
-    dict(schedule="full", k=None, batch=2, seq=128, ckpt=False, quant="bf16", rank=8),
+    dict(schedule="full", k=None, batch=2, seq=128, ckpt=False, quant="fp32", rank=8),
 ]
 
 

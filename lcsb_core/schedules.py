@@ -75,6 +75,8 @@ class Schedule:
 
     name: ClassVar[str]
     identity_skip: ClassVar[bool] = False
+    uses_k: ClassVar[bool] = True
+    """False where `k` / `fraction` have no effect (`full` trains every layer)."""
 
     @property
     def cycle_length(self) -> int:
@@ -155,6 +157,7 @@ class FullSchedule(Schedule):
     """All layers every step: plain LoRA back-propagation, the baseline (k = L)."""
 
     name: ClassVar[str] = "full"
+    uses_k: ClassVar[bool] = False
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         return frozenset(range(self.num_layers))
@@ -240,6 +243,7 @@ class ImportanceSchedule:
 
     name: ClassVar[str] = "importance"
     identity_skip: ClassVar[bool] = True
+    uses_k: ClassVar[bool] = True
     cycle_length = property(lambda self: self.refresh_every)
     max_backprop_layers = Schedule.max_backprop_layers
     backprop_layers = Schedule.backprop_layers

@@ -171,8 +171,8 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
-    """`full_every` set on a schedule that has no full backward steps is an error, not a silent no-op
-    (asks the resolved schedule object, not its name).
+    """`full_every` set on a schedule that has no full backward steps, or `k` / `fraction` with `full`,
+    is an error, not a silent no-op.
 
     Raises:
         ConfigError: naming `lcsb.full_every`.
@@ -180,6 +180,10 @@ def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
     if given.get("full_every") is not None and getattr(schedule, "full_every", None) != given["full_every"]:
         raise ConfigError(f"lcsb.full_every: has no effect with schedule {schedule.name!r} (only topfull has full "
                           "backward steps); remove it")
+    for name in ("k", "fraction"):
+        if given.get(name) is not None and not schedule.uses_k:
+            raise ConfigError(f"lcsb.{name}: has no effect with schedule 'full' (it trains all "
+                              f"{schedule.num_layers} layers every step); remove it")
 
 
 def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str, Any]:

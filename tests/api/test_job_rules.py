@@ -115,6 +115,8 @@ def test_chat_data_needs_a_model_with_a_chat_template(client, alice, model_dir):
 @pytest.mark.parametrize("lcsb, param", [
     ({"schedule": "cyclic", "full_every": 3}, "method.lcsb.full_every"),
     ({"schedule": "top", "k": 4, "full_every": 2}, "method.lcsb.full_every"),
+    ({"schedule": "full", "k": 4}, "method.lcsb.k"),
+    ({"schedule": "full", "fraction": 0.5}, "method.lcsb.fraction"),
 ])
 def test_schedule_options_the_schedule_does_not_use(client, alice, lcsb, param):
     f = upload_ok(client, alice)

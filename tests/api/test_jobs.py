@@ -44,7 +44,7 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     ({"schedule": "top", "k": 6}, 6, None, True),
     ({"schedule": "topfull", "fraction": 0.5, "full_every": 3}, 15, 3, True),
     ({"schedule": "tail"}, 8, None, True),
-    ({"schedule": "full", "k": 4}, 30, None, True),
+    ({"schedule": "full"}, 30, None, True),
     ({"schedule": "cyclic"}, 8, None, False),
 ])
 def test_every_schedule_is_accepted_and_resolved(client, alice, lcsb, per_step, full_every, exact):

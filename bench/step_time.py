@@ -170,7 +170,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             with SavedBytes() as sb:
                 fn()
             saved = max(saved, sb.bytes / MIB)
-        out.append(dict(model=label, quant=quant, layers=L, checkpointing=row.get("checkpointing", False), **row,
+        out.append(dict(model=label, quant=quant, layers=L, **{"checkpointing": False, "backprop_layers": None, **row},
                         step_s=statistics.median(times[i]), step_s_rounds=times[i], peak_mib=peaks[i],
                         peak_over_idle_mib=peaks[i] - idle if device.type == "cpu" else peaks[i],
                         saved_activations_mib=saved))

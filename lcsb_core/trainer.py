@@ -226,6 +226,7 @@ class Trainer:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,
                 "schedule_description": self.schedule.describe(),
                 "full_every": getattr(self.schedule, "full_every", None), "device": str(self.device),
+                "torch_threads": torch.get_num_threads(),
                 "lora_parameters": sum(p.numel() for p in self.params),
                 "train_examples": len(self.train_dataset.examples),
                 "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,

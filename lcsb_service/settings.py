@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     worker_runs_dir: Path | None = None                     # run folders; default <data_dir>/runs
     cgroup_parent: Path | None = None                       # default: this process's memory cgroup
     address_space_slack_mib: int = Field(default=8192, ge=0)  # rlimit fallback: cap + this (virtual)
+    # CPU threads of each training process (passed as OMP_NUM_THREADS); None: torch's default, one per
+    # core. On a machine running several workers set it to cores / workers: OpenMP threads beyond the
+    # cores made the small matmuls of a training step about 30x slower on a 2-core test machine.
+    worker_torch_threads: int | None = Field(default=None, ge=1)
     job_time_limit_s: float = Field(default=24 * 3600.0, gt=0)
     job_kill_grace_s: float = Field(default=120.0, gt=0)
     heartbeat_interval_s: float = Field(default=15.0, gt=0)

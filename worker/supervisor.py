@@ -88,6 +88,15 @@ def _folders(ctx: WorkerContext, job_id: str) -> tuple[Path, Path]:
     return run_dir, run_dir.with_name(f".{job_id}")
 
 
+def _child_env(settings) -> dict[str, str]:
+    """The training process's environment: this process's, unbuffered output, and OMP_NUM_THREADS when
+    `worker_torch_threads` is set (torch reads it at import)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if settings.worker_torch_threads:
+        env["OMP_NUM_THREADS"] = str(settings.worker_torch_threads)
+    return env
+
+
 def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, work: Path) -> Outcome:
     settings, wc = ctx.settings, ctx.settings.worker_class
     for folder in (run_dir, work):  # a run starts afresh
@@ -107,7 +116,7 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
     try:
         with open(work / "child.log", "wb") as child_log:
             proc = subprocess.Popen([sys.executable, "-m", "worker.child", str(spec_path)], stdout=child_log,
-                                    stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                    stderr=subprocess.STDOUT, env=_child_env(settings))
         _event(ctx, job.id, f"Training process started under a {wc.memory_mib} MiB memory cap ({cage.describe()}) "
                f"on {wc.device}", data={"pid": proc.pid, "memory_cap_mib": wc.memory_mib, "limiter": cage.kind,
                                         "device": wc.device, "time_limit_s": limit})

@@ -98,7 +98,7 @@ def make_settings(pg_url, redis_prefix, model_dir, tmp_path_factory):
                     broker_transport_options={"global_keyprefix": redis_prefix}, min_examples=2,
                     worker_classes=[WorkerClass(queue=f"cpu-small-{secrets.token_hex(3)}", memory_mib=4096)],
                     heartbeat_interval_s=HEARTBEAT_S, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
-                    reaper_interval_s=REAPER_S)
+                    reaper_interval_s=REAPER_S, worker_torch_threads=1)  # up to 2 workers train at once
         return Settings(**{**base, **over})
 
     return make

@@ -56,6 +56,9 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert len(started_on(service, job["id"])) == 1 and started_on(service, job["id"])[0].startswith(worker.name)
     steps = [e for e in events if e["type"] == "metrics" and "train_loss" in (e["data"] or {})]
     assert [e["data"]["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
+    started = next(e for e in events if e["message"].startswith("Training started"))
+    assert started["data"]["torch_threads"] == settings.worker_torch_threads == 1
+    assert started["data"]["schedule"] == "cyclic" and "1 of 3 layers per step (cyclic" in started["message"]
     for e in steps:
         assert {"lr", "tokens_per_s", "peak_memory_mib", "train_loss", "grad_norm"} <= set(e["data"])
     assert [e["data"]["step"] for e in events if "valid_loss" in (e["data"] or {})] == [0, 3, 6]

@@ -210,7 +210,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
         "model": {"quantization": spec.quant, "device": args.device},
         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
         "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum,
-                 "full_every": spec.full_every},
+                 "full_every": spec.full_every if spec.schedule == "topfull" else None},
         "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
         "batch_size": 4, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
         "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES, check_full_every
+from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES, check_full_every, schedule_takes
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -64,7 +64,8 @@ class LoraSettings:
 class LCSBSettings:
     """Selective backprop: `schedule` (one of `lcsb_core.schedules.SCHEDULES`, whose module docstring
     says what each means), `k` layers per step or `fraction` of the decoder layers (default a quarter;
-    `full` uses all), `full_every` (`topfull`: a full backward every N-th step), `momentum_for_skipped`
+    `full` uses all), `full_every` (`topfull` only: a full backward every N-th step; None: 4, the default
+    `lcsb_core.schedules.DEFAULT_FULL_EVERY`), `momentum_for_skipped`
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule)."""
@@ -72,7 +73,7 @@ class LCSBSettings:
     schedule: str = "cyclic"
     k: int | None = None
     fraction: float | None = None
-    full_every: int = DEFAULT_FULL_EVERY
+    full_every: int | None = None
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
     importance_refresh_every: int = 10
@@ -85,7 +86,10 @@ class LCSBSettings:
         _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k", f"must be an integer >= 1, got {self.k!r}")
         _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction", f"must be in (0, 1], got {self.fraction!r}")
         _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
-        check_full_every(self.full_every)
+        if self.full_every is not None:
+            check_full_every(self.full_every)
+            _check(schedule_takes("full_every", self.schedule), "lcsb.full_every",
+                   f"has no effect with schedule {self.schedule!r} (only topfull has full backward steps); remove it")
 
 
 @dataclass
@@ -174,7 +178,8 @@ class TrainConfig:
     def check_honoured(self) -> None:
         """Rules between fields for a run that reads its data from the files in `data`: every setting
         must take effect. Periodic evaluation (`eval_every` > 0) needs `data.validation_file`;
-        `eval_every`, `save_every` and `optim.warmup_steps` must not exceed `max_steps` when it is set.
+        `eval_every`, `save_every`, `optim.warmup_steps` and `topfull`'s `lcsb.full_every` must not exceed
+        `max_steps` when it is set.
         The service checks this at job creation and `setup.load_datasets` before reading the files;
         library callers that pass datasets in memory (tests, benchmarks) need not.
 
@@ -191,6 +196,10 @@ class TrainConfig:
             _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
                    f"is {self.optim.warmup_steps}, more than max_steps ({self.max_steps}): the learning rate "
                    "would never reach its value")
+            takes = schedule_takes("full_every", self.lcsb.schedule)
+            every = (self.lcsb.full_every or DEFAULT_FULL_EVERY) if takes else None
+            _check(every is None or every <= self.max_steps, "lcsb.full_every",
+                   f"is {every}, more than max_steps ({self.max_steps}): no full backward step would run")
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":

@@ -278,6 +278,15 @@ SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
 EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if not c.identity_skip)
 
 
+def schedule_takes(option: str, name: str) -> bool:
+    """True when schedule `name` has the option `option` (a dataclass field such as `full_every`);
+    False for unknown names."""
+    import dataclasses
+
+    cls = _CLASSES.get(name)
+    return cls is not None and option in {f.name for f in dataclasses.fields(cls)}
+
+
 def check_full_every(full_every) -> int:
     """`full_every` (steps between full backward passes of `topfull`) if it is an integer >= 2.
 
@@ -291,9 +300,9 @@ def check_full_every(full_every) -> int:
 
 
 def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction: float | None = None,
-                  seed: int = 0, refresh_every: int = 10, full_every: int = DEFAULT_FULL_EVERY):
+                  seed: int = 0, refresh_every: int = 10, full_every: int | None = None):
     """Build a schedule by name (one of `SCHEDULES`), resolving `k` from `k` or `fraction` (`full` ignores
-    both and uses k = L; with neither given k is a quarter of L).
+    both and uses k = L; with neither given k is a quarter of L; `full_every` None: `DEFAULT_FULL_EVERY`).
 
     Raises:
         ConfigError: unknown name (the message lists the valid ones), `k`/`fraction` out of range, or
@@ -312,7 +321,7 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
     if cls is ImportanceSchedule:
         return ImportanceSchedule(num_layers, k, refresh_every)
     if cls is TopFullSchedule:
-        return TopFullSchedule(num_layers, k, check_full_every(full_every))
+        return TopFullSchedule(num_layers, k, check_full_every(DEFAULT_FULL_EVERY if full_every is None else full_every))
     return cls(num_layers, k)
 
 

@@ -171,15 +171,12 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
-    """`full_every` set on a schedule that has no full backward steps, or `k` / `fraction` with `full`,
-    is an error, not a silent no-op.
+    """`k` / `fraction` with `full` is an error, not a silent no-op (`full_every` on a schedule without
+    full steps is refused by the core's `LCSBSettings`).
 
     Raises:
         ConfigError: naming `lcsb.full_every`.
     """
-    if given.get("full_every") is not None and getattr(schedule, "full_every", None) != given["full_every"]:
-        raise ConfigError(f"lcsb.full_every: has no effect with schedule {schedule.name!r} (only topfull has full "
-                          "backward steps); remove it")
     for name in ("k", "fraction"):
         if given.get(name) is not None and not schedule.uses_k:
             raise ConfigError(f"lcsb.{name}: has no effect with schedule 'full' (it trains all "

@@ -137,3 +137,17 @@ def test_full_every_below_two_names_the_field(bad):
 def test_k_above_the_layer_count_names_the_field():
     with pytest.raises(ConfigError, match="lcsb.k"):
         make_schedule("top", num_layers=30, k=31)
+
+
+def test_full_every_only_with_topfull_and_within_max_steps():
+    from lcsb_core.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="lcsb.full_every: has no effect with schedule 'cyclic'"):
+        LCSBSettings(schedule="cyclic", full_every=3)
+    assert LCSBSettings(schedule="topfull").full_every is None  # the schedule's default applies
+    assert schedule_for(LCSBSettings(schedule="topfull"), num_layers=30).full_every == 4
+    cfg = lambda **lcsb: TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "max_steps": 2,  # noqa: E731
+                                                "lcsb": {"schedule": "topfull", **lcsb}})
+    with pytest.raises(ConfigError, match=r"lcsb.full_every: is 4, more than max_steps \(2\)"):
+        cfg().check_honoured()  # the default N = 4 would never run a full step in 2 steps
+    cfg(full_every=2).check_honoured()

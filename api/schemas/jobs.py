@@ -56,10 +56,18 @@ class LCSBMethod(BaseModel):
     layers, gradient checkpointing. Unset fields take the trainer's defaults (`lcsb_core.config`)."""
 
     model_config = Strict
-    schedule: Literal[SCHEDULES] | None = None  # type: ignore[valid-type]
-    k: int | None = Field(default=None, ge=1, le=1024)
-    fraction: float | None = Field(default=None, gt=0, le=1)
-    full_every: int | None = Field(default=None, ge=2, le=1_000_000)
+    schedule: Literal[SCHEDULES] | None = Field(  # type: ignore[valid-type]
+        default=None, description="Which decoder layers train at each step (default cyclic). Exact gradient: "
+        "top (the top k every step), topfull (top k, and all layers every full_every-th step), tail (every layer "
+        "above a cut that moves down by k each step), freeze (cyclic blocks, others frozen but back-propagated), "
+        "full (plain LoRA). The paper's LCSB with a surrogate gradient (layers above the block are identity in "
+        "backward): cyclic, random, importance.")
+    k: int | None = Field(default=None, ge=1, le=1024, description="Layers trained per step, at most the model's "
+                          "decoder layers (num_layers in /v1/models); not with fraction, not with schedule full.")
+    fraction: float | None = Field(default=None, gt=0, le=1, description="Layers per step as a fraction of the "
+                                   "decoder layers (default 0.25); not with k, not with schedule full.")
+    full_every: int | None = Field(default=None, ge=2, le=1_000_000, description="topfull only: a full backward "
+                                   "every N-th step (default 4); at most max_steps.")
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
 

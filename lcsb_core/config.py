@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES, check_full_every, schedule_takes
+from lcsb_core.schedules import SCHEDULES, check_full_every, full_every_for, schedule_takes
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -196,8 +196,7 @@ class TrainConfig:
             _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
                    f"is {self.optim.warmup_steps}, more than max_steps ({self.max_steps}): the learning rate "
                    "would never reach its value")
-            takes = schedule_takes("full_every", self.lcsb.schedule)
-            every = (self.lcsb.full_every or DEFAULT_FULL_EVERY) if takes else None
+            every = full_every_for(self.lcsb.schedule, self.lcsb.full_every)
             _check(every is None or every <= self.max_steps, "lcsb.full_every",
                    f"is {every}, more than max_steps ({self.max_steps}): no full backward step would run")
 

@@ -45,7 +45,8 @@ from typing import ClassVar
 from lcsb_core.errors import ConfigError
 
 DEFAULT_FULL_EVERY = 4
-"""`topfull`'s default: a full backward every 4th step (chosen by the decision grid, BENCHMARKS.md)."""
+"""`topfull`'s default: a full backward every 4th step. Provisional: the decision grid of BENCHMARKS.md
+section 6 has only piloted N = 4; it is to compare N = 2 and 4."""
 
 
 def resolve_k(num_layers: int, k: int | None = None, fraction: float | None = None) -> int:
@@ -145,11 +146,6 @@ class RandomSchedule(Schedule):
         rng = random.Random(self.seed * 1_000_003 + step)
         return frozenset(rng.sample(range(self.num_layers), self.k))
 
-    def backprop_layers(self, step: int) -> frozenset[int]:
-        return self.layers_for_step(step)
-
-    def max_backprop_layers(self) -> int:
-        return self.k
 
 
 @dataclass(frozen=True)
@@ -287,6 +283,14 @@ def schedule_takes(option: str, name: str) -> bool:
     return cls is not None and option in {f.name for f in dataclasses.fields(cls)}
 
 
+def full_every_for(name: str, full_every: int | None) -> int | None:
+    """The `full_every` schedule `name` runs with: `full_every`, or `DEFAULT_FULL_EVERY` when None, for a
+    schedule that takes the option; None for the others."""
+    if not schedule_takes("full_every", name):
+        return None
+    return DEFAULT_FULL_EVERY if full_every is None else full_every
+
+
 def check_full_every(full_every) -> int:
     """`full_every` (steps between full backward passes of `topfull`) if it is an integer >= 2.
 
@@ -321,7 +325,7 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
     if cls is ImportanceSchedule:
         return ImportanceSchedule(num_layers, k, refresh_every)
     if cls is TopFullSchedule:
-        return TopFullSchedule(num_layers, k, check_full_every(DEFAULT_FULL_EVERY if full_every is None else full_every))
+        return TopFullSchedule(num_layers, k, check_full_every(full_every_for(name, full_every)))
     return cls(num_layers, k)
 
 

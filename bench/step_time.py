@@ -52,15 +52,18 @@ SHAPES = {
 }
 
 
-def shape_folder(name: str, tmp: Path) -> Path:
-    """Save a random-weight Llama of shape `name` (bf16) to a folder the normal loader reads."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def shape_folder(name: str, tmp: Path, device: torch.device) -> Path:
+    """Save a random-weight Llama of shape `name` (bf16, initialised on `device`: a 3B model's fp32
+    initialisation on a CPU takes minutes) to a folder the normal loader reads."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     cfg = LlamaConfig(**SHAPES[name], max_position_embeddings=4096, rms_norm_eps=1e-5)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    with device:
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     out = tmp / name
     model.save_pretrained(out)
+    del model
     return out
 
 
@@ -237,7 +240,7 @@ def main(argv=None) -> None:
     device = torch.device(args.device)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        targets = ([(shape_folder(s, Path(tmp)), s) for s in args.shapes.split(",")] if args.shapes
+        targets = ([(shape_folder(s, Path(tmp), device), s) for s in args.shapes.split(",")] if args.shapes
                    else [(resolve_model_path(args.model), Path(args.model).name)])
         for folder, label in targets:
             for quant in args.quant.split(","):

@@ -248,7 +248,7 @@ class CachedStep0Trainer(Trainer):
     def evaluate(self, step: int) -> EvalReport:
         if step == 0 and self.step0 is not None:
             report = self.step0
-            self.eval_history = [report]
+            self.run.eval_history.append(report)
             self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
             self._emit("on_eval", report)
         else:

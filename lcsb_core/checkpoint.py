@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lcsb_core.errors import DivergenceError
+from lcsb_core.errors import CheckpointError, DivergenceError
 
 
 def assert_finite_adapter(params: list[nn.Parameter], where: Path) -> None:
@@ -32,14 +32,21 @@ def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path) ->
     return out_dir
 
 
-def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Parameter],
+CHECKPOINT_FORMAT = 2
+"""`trainer_state.pt` layout: 2 keys the LoRA tensors by parameter name; 1 (before 2026-11-30) was a
+positional list, which cannot be matched to the parameters safely and is refused."""
+
+
+def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Parameter], names: list[str],
                     optimizer: torch.optim.Optimizer, step: int, schedule_state: dict | None) -> Path:
-    """Adapter + `trainer_state.pt` in `out_dir` after `step` completed optimizer steps."""
+    """Adapter + `trainer_state.pt` in `out_dir` after `step` completed optimizer steps. `names` are the
+    qualified names of `params` (same order): the LoRA tensors are stored by name."""
     save_adapter(model, params, out_dir)
     state = {
+        "format": CHECKPOINT_FORMAT,
         "step": step,
         "optimizer": optimizer.state_dict(),
-        "lora": [p.detach().clone() for p in params],
+        "lora": {name: p.detach().clone() for name, p in zip(names, params, strict=True)},
         "schedule": schedule_state,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
@@ -50,13 +57,32 @@ def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Paramete
     return out_dir
 
 
-def load_checkpoint(ckpt_dir: Path, *, params: list[nn.Parameter], optimizer: torch.optim.Optimizer) -> dict:
-    """Restore LoRA weights (exact tensors), optimizer and RNG states; returns the state dict
-    (`step`, `schedule`)."""
+def load_checkpoint(ckpt_dir: Path, *, params: list[nn.Parameter], names: list[str],
+                    optimizer: torch.optim.Optimizer) -> dict:
+    """Restore LoRA weights (exact tensors, matched by name), optimizer and RNG states; returns the
+    state dict (`step`, `schedule`).
+
+    Raises:
+        CheckpointError: the checkpoint has the older positional layout, or its LoRA tensors do not
+            match this model's (names or shapes differ: another model, rank or target modules).
+    """
     state = torch.load(ckpt_dir / "trainer_state.pt", map_location="cpu", weights_only=False)
+    saved = state.get("lora")
+    if state.get("format") != CHECKPOINT_FORMAT or not isinstance(saved, dict):
+        raise CheckpointError(f"checkpoint {ckpt_dir.name} has an older layout (LoRA tensors by position, "
+                              f"format {state.get('format', 1)}) that this version cannot resume; "
+                              "start the training again")
+    missing, unexpected = sorted(set(names) - set(saved)), sorted(set(saved) - set(names))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {ckpt_dir.name} does not match this model's LoRA parameters "
+                              f"({len(missing)} missing, e.g. {missing[:1]}; {len(unexpected)} unexpected, "
+                              f"e.g. {unexpected[:1]}): resume with the config that wrote it")
     with torch.no_grad():
-        for p, saved in zip(params, state["lora"], strict=True):
-            p.copy_(saved.to(p.device))
+        for name, p in zip(names, params, strict=True):
+            if saved[name].shape != p.shape:
+                raise CheckpointError(f"checkpoint {ckpt_dir.name}: {name} has shape {tuple(saved[name].shape)}, "
+                                      f"the model's is {tuple(p.shape)}: resume with the config that wrote it")
+            p.copy_(saved[name].to(p.device))
     optimizer.load_state_dict(state["optimizer"])
     rng = state["rng"]
     torch.set_rng_state(rng["torch"])

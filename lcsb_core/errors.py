@@ -1,19 +1,49 @@
 """Typed errors of the trainer core. Each carries a stable `code` that the service maps to a job's
-`error.code` (see DESIGN.md, "Terminal states")."""
+`error.code` (see DESIGN.md, "Terminal states"), and the `field` it concerns (None when no one field
+is to blame), so that callers never recover either from the message text.
+
+    raise ConfigError("lora.rank", f"must be an integer in [1, 1024], got {rank!r}")
+    raise ConfigError("save_every", "is 6, more than {max_steps} (5)", mentions=("max_steps",))
+    str(exc)                                   # "save_every: is 6, more than max_steps (5)"
+    exc.describe(lambda f: "method." + f)      # the same with the caller's names for the fields
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class LCSBError(Exception):
-    """Base class; `code` is a short machine-readable reason."""
+    """Base class; `code` is a short machine-readable reason, `field` the config field or request
+    file it concerns (None: none in particular)."""
 
     code = "internal_error"
+    field: str | None = None
 
 
 class ConfigError(LCSBError, ValueError):
-    """A configuration value is invalid; the message names the field."""
+    """A configuration value is invalid.
+
+    `field` is the dotted config name ("lora.rank", "eval_every"; None when no single field is to
+    blame); `message` says what is wrong with it, without the name. Other fields the message names are
+    written as `{name}` placeholders and listed in `mentions`, so `describe` can rename them too.
+    Called with one argument (older callers), that argument is the whole message and `field` is None.
+    """
 
     code = "invalid_config"
+
+    def __init__(self, field: str | None, message: str | None = None, *, mentions: tuple[str, ...] = ()) -> None:
+        if message is None:
+            field, message = None, field or ""
+        self.field = field
+        self.message = message
+        self.mentions = tuple(mentions)
+        super().__init__(self.describe())
+
+    def describe(self, name: Callable[[str], str] = str) -> str:
+        """The message with every field (`field` and `mentions`) written as `name(field)`."""
+        text = self.message.format_map({m: name(m) for m in self.mentions}) if self.mentions else self.message
+        return f"{name(self.field)}: {text}" if self.field else text
 
 
 class ModelLoadError(LCSBError):
@@ -23,7 +53,8 @@ class ModelLoadError(LCSBError):
 
 
 class DataError(LCSBError, ValueError):
-    """The dataset cannot be used for training; the message names the line and field."""
+    """The dataset cannot be used for training; the message names the line and field. The service
+    sets `field` to the request field of the file ("training_file", "validation_file")."""
 
     code = "invalid_file"
 

@@ -99,6 +99,27 @@ class Schedule:
         """The most layers any step back-propagates (sets the activation-memory peak)."""
         return max(len(self.backprop_layers(t)) for t in range(self.cycle_length))
 
+    @property
+    def keeps_all_activations(self) -> bool:
+        """True when some step back-propagates every layer, so the activation peak is full backprop's
+        (`full`, `topfull`, `tail`, `importance`'s probe steps)."""
+        return self.max_backprop_layers() == self.num_layers
+
+    # Stateful schedules (`importance`) override these; the defaults describe a pure schedule.
+    def needs_probe(self, step: int) -> bool:
+        """True when the trainer must report every layer's gradient norm after `step` (`observe`)."""
+        return False
+
+    def observe(self, grad_norms: dict[int, float]) -> None:
+        """Per-layer LoRA gradient norms (layer index -> L2 norm) of a probe step; ignored by default."""
+
+    def state_dict(self) -> dict | None:
+        """What a checkpoint must store to resume the schedule; None for a pure schedule."""
+        return None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore `state_dict()`'s output; nothing to do for a pure schedule."""
+
     def describe(self) -> str:
         """One line for people: what trains per step, e.g. "8 of 30 layers per step (cyclic, surrogate
         gradient)"."""
@@ -243,6 +264,7 @@ class ImportanceSchedule:
     cycle_length = property(lambda self: self.refresh_every)
     max_backprop_layers = Schedule.max_backprop_layers
     backprop_layers = Schedule.backprop_layers
+    keeps_all_activations = Schedule.keeps_all_activations
     describe = Schedule.describe
 
     def needs_probe(self, step: int) -> bool:
@@ -263,8 +285,8 @@ class ImportanceSchedule:
     def state_dict(self) -> dict:
         return {"scores": {str(i): v for i, v in self.scores.items()}}
 
-    def load_state_dict(self, state: dict) -> None:
-        self.observe({int(i): v for i, v in state.get("scores", {}).items()})
+    def load_state_dict(self, state: dict | None) -> None:
+        self.observe({int(i): v for i, v in (state or {}).get("scores", {}).items()})
 
 
 _CLASSES: dict[str, type] = {c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule,

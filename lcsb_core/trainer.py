@@ -14,6 +14,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,9 +29,21 @@ from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.memory_probe import peak_mib, release_free_memory, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
-from lcsb_core.schedules import ImportanceSchedule, schedule_for
+from lcsb_core.schedules import schedule_for
 from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
+
+
+@dataclass
+class RunState:
+    """What one `train()` call accumulates: `t_start` (perf_counter seconds at the first step),
+    `peak_memory_mib` (largest step peak, MiB), `trained_tokens` (tokens in trained batches, padding
+    excluded), `eval_history` (every evaluation, in order)."""
+
+    t_start: float = field(default_factory=time.perf_counter)
+    peak_memory_mib: float = 0.0
+    trained_tokens: int = 0
+    eval_history: list[EvalReport] = field(default_factory=list)
 
 
 class Trainer:
@@ -45,13 +58,18 @@ class Trainer:
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.device = device
         self.files = RunFiles(config.output_dir)
+        self.run = RunState()
+        self._ready = False
 
     # ---- setup -------------------------------------------------------------------------------
     def setup(self) -> None:
         """Load model, tokenizer and data (unless given), apply LoRA and selective backprop, build the
-        optimizer over every LoRA parameter and the schedule."""
+        optimizer over every LoRA parameter and the schedule. Idempotent: `train()` calls it, and a
+        second call does nothing (layers are wrapped and the optimizer built once)."""
         from lcsb_core.setup import load_components
 
+        if self._ready:
+            return
         cfg = self.config
         if self.model is None:
             self.model, self.tokenizer, self.device = load_components(cfg)
@@ -70,8 +88,10 @@ class Trainer:
         self.params = [p for i in range(num_layers) for p in self.selective.params_by_layer[i]]
         self.optimizer = build_optimizer(self.params, cfg.optim)
         self.tracker = UpdateTracker(self.selective.params_by_layer)
+        self.param_names = _names_of(self.model, self.params)
         self.batches_per_epoch = math.ceil(len(self.train_dataset.examples) / cfg.batch_size)
         self.total_steps = self._total_steps()
+        self._ready = True
 
     def _total_steps(self) -> int:
         cfg = self.config
@@ -104,7 +124,7 @@ class Trainer:
         start = self._resume(resume_from) if resume_from else self._fresh_start()
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
-        self.t_start = time.perf_counter()
+        self.run = RunState()
         if start == 0 and self.eval_dataset is not None:
             self.evaluate(0)
         for step in range(start, self.total_steps):
@@ -146,9 +166,8 @@ class Trainer:
         ckpt = self.files.latest_checkpoint() if str(resume_from) == "latest" else Path(resume_from)
         if ckpt is None:
             return self._fresh_start()
-        state = load_checkpoint(ckpt, params=self.params, optimizer=self.optimizer)
-        if isinstance(self.schedule, ImportanceSchedule) and state.get("schedule"):
-            self.schedule.load_state_dict(state["schedule"])
+        state = load_checkpoint(ckpt, params=self.params, names=self.param_names, optimizer=self.optimizer)
+        self.schedule.load_state_dict(state.get("schedule"))
         start = int(state["step"])
         self.files.truncate_after(self.files.metrics, start)
         self.files.truncate_after(self.files.history, start - 1)
@@ -156,7 +175,7 @@ class Trainer:
 
     # ---- per-step reporting, eval, checkpoints ---------------------------------------------------
     def _record_step(self, step, selected, stats, lr, seconds) -> None:
-        if isinstance(self.schedule, ImportanceSchedule) and self.schedule.needs_probe(step):
+        if self.schedule.needs_probe(step):
             self.schedule.observe(stats.layer_grad_norms)
         self.files.append(self.files.history, history_row(step, self.selective.num_layers, selected,
                                                           stats.layer_grad_norms, self.tracker.update_norms()))
@@ -164,9 +183,9 @@ class Trainer:
                             grad_norm=stats.grad_norm, tokens=stats.tokens, target_tokens=stats.target_tokens,
                             tokens_per_s=stats.tokens / seconds, step_time_s=seconds,
                             peak_memory_mib=peak_mib(self.device), selected_layers=sorted(selected),
-                            elapsed_s=time.perf_counter() - self.t_start)
-        self.peak_memory_mib = max(getattr(self, "peak_memory_mib", 0.0), report.peak_memory_mib)
-        self.trained_tokens = getattr(self, "trained_tokens", 0) + stats.tokens
+                            elapsed_s=time.perf_counter() - self.run.t_start)
+        self.run.peak_memory_mib = max(self.run.peak_memory_mib, report.peak_memory_mib)
+        self.run.trained_tokens += stats.tokens
         if self.config.log_every and (step + 1) % self.config.log_every == 0 or step + 1 == self.total_steps:
             self.files.append(self.files.metrics, {"split": "train", **report.to_dict()})
         self._emit("on_step", report)
@@ -183,24 +202,24 @@ class Trainer:
         self.model.train()
         report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),
                             eval_token_accuracy=correct / max(targets, 1), eval_target_tokens=targets,
-                            elapsed_s=time.perf_counter() - getattr(self, "t_start", time.perf_counter()))
-        self.eval_history = getattr(self, "eval_history", []) + [report]
+                            elapsed_s=time.perf_counter() - self.run.t_start)
+        self.run.eval_history.append(report)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
         self._emit("on_eval", report)
         return report
 
     def save_checkpoint(self, step: int) -> Path:
         """Adapter + trainer state after `step` optimizer steps."""
-        state = self.schedule.state_dict() if isinstance(self.schedule, ImportanceSchedule) else None
         path = save_checkpoint(self.files.checkpoint_dir(step), model=self.model, params=self.params,
-                               optimizer=self.optimizer, step=step, schedule_state=state)
+                               names=self.param_names, optimizer=self.optimizer, step=step,
+                               schedule_state=self.schedule.state_dict())
         self._emit("on_checkpoint", step, str(path))
         return path
 
     def _finish(self) -> dict:
         from lcsb_core.plots import write_plots
 
-        evals = getattr(self, "eval_history", [])
+        evals = list(self.run.eval_history)
         if self.eval_dataset is not None and (not evals or evals[-1].step != self.total_steps):
             evals = evals + [self.evaluate(self.total_steps)]
         save_adapter(self.model, self.params, self.files.adapter)
@@ -212,9 +231,9 @@ class Trainer:
             "eval_loss_before": evals[0].eval_loss if evals and evals[0].step == 0 else None,
             "eval_loss_after": evals[-1].eval_loss if evals else None,
             "eval_token_accuracy_after": evals[-1].eval_token_accuracy if evals else None,
-            "train_seconds": time.perf_counter() - self.t_start,
-            "peak_memory_mib": getattr(self, "peak_memory_mib", None),
-            "trained_tokens": getattr(self, "trained_tokens", 0),
+            "train_seconds": time.perf_counter() - self.run.t_start,
+            "peak_memory_mib": self.run.peak_memory_mib or None,
+            "trained_tokens": self.run.trained_tokens,
             "adapter_dir": str(self.files.adapter), "run_dir": str(self.files.root),
             "plots": [str(p) for p in plots],
         }
@@ -241,3 +260,10 @@ class Trainer:
     def _emit(self, hook: str, *args) -> None:
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
+
+
+def _names_of(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> list[str]:
+    """The qualified names (`model.named_parameters()`) of `params`, in their order: what checkpoints
+    key the LoRA tensors by."""
+    by_id = {id(p): name for name, p in model.named_parameters()}
+    return [by_id[id(p)] for p in params]

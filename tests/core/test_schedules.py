@@ -151,3 +151,20 @@ def test_full_every_only_with_topfull_and_within_max_steps():
     with pytest.raises(ConfigError, match=r"lcsb.full_every: is 4, more than max_steps \(2\)"):
         cfg().check_honoured()  # the default N = 4 would never run a full step in 2 steps
     cfg(full_every=2).check_honoured()
+
+
+@pytest.mark.parametrize("name", [n for n in SCHEDULES if n != "importance"])
+def test_pure_schedules_have_the_stateless_protocol_defaults(name):
+    sched = make_schedule(name, num_layers=30, k=8, seed=1)
+    assert not any(sched.needs_probe(t) for t in range(20))
+    assert sched.state_dict() is None
+    sched.observe({0: 1.0})
+    sched.load_state_dict(None)
+    assert sched.layers_for_step(3) == make_schedule(name, num_layers=30, k=8, seed=1).layers_for_step(3)
+
+
+@pytest.mark.parametrize("name, keeps_all", [("full", True), ("topfull", True), ("tail", True), ("importance", True),
+                                             ("freeze", True), ("top", False), ("cyclic", False), ("random", False)])
+def test_keeps_all_activations(name, keeps_all):
+    # freeze's first block is layers 0-7, back-propagated through every layer above: a full-depth backward
+    assert make_schedule(name, num_layers=30, k=8, seed=0).keeps_all_activations is keeps_all

@@ -10,7 +10,7 @@ from peft import PeftModel
 from lcsb_core.callbacks import TrainerCallback
 from lcsb_core.config import TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
-from lcsb_core.errors import DivergenceError, TrainingCancelled
+from lcsb_core.errors import CheckpointError, DivergenceError, TrainingCancelled
 from lcsb_core.history import read_history
 from lcsb_core.trainer import Trainer
 from tests.core.tiny import NUM_LAYERS, VOCAB, tiny_base, tiny_lora
@@ -179,3 +179,37 @@ def test_packed_batches_train_like_padded_ones(tmp_path):
     assert batch["input_ids"].shape[0] < 4  # four examples packed into fewer rows
     # same examples and targets in the step: the loss before any update is the same
     assert first_loss(packed) == pytest.approx(first_loss(padded), rel=1e-4)
+
+
+def test_setup_is_idempotent_and_train_after_setup_wraps_once(tmp_path):
+    t = trainer(config(tmp_path))
+    t.setup()
+    optimizer, selective = t.optimizer, t.selective
+    t.setup()
+    assert t.optimizer is optimizer and t.selective is selective
+    t.train()
+    assert t.optimizer is optimizer
+    # every LoRA parameter is in the one optimizer exactly once
+    ids = [id(p) for g in t.optimizer.param_groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(t.params)
+
+
+def test_checkpoint_stores_lora_by_name_and_refuses_other_layouts(tmp_path):
+    t = trainer(config(tmp_path, max_steps=4, save_every=2))
+    t.train()
+    ckpt = t.files.checkpoint_dir(2)
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    assert state["format"] == 2
+    assert sorted(state["lora"]) == sorted(t.param_names)
+    assert all(".lora_A." in n or ".lora_B." in n for n in state["lora"])
+
+    old = dict(state, lora=list(state["lora"].values()))
+    old.pop("format")
+    torch.save(old, ckpt / "trainer_state.pt")
+    with pytest.raises(CheckpointError, match="older layout"):
+        trainer(config(tmp_path)).train(resume_from=ckpt)
+
+    wrong = dict(state, lora={f"x.{n}": v for n, v in state["lora"].items()})
+    torch.save(wrong, ckpt / "trainer_state.pt")
+    with pytest.raises(CheckpointError, match="does not match"):
+        trainer(config(tmp_path)).train(resume_from=ckpt)

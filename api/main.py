@@ -34,7 +34,8 @@ from fastapi import FastAPI
 from api import errors
 from api.admission import AdmissionLimit
 from api.metrics import MetricsMiddleware, ServiceMetrics
-from api.routes import events, files, health, jobs, models, outputs
+from api.routes import estimate, events, files, health, jobs, models, outputs
+from api import ui
 from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, load_enqueuer
 from lcsb_service.files import sweep_orphan_uploads
@@ -66,8 +67,9 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost: counts the 503s too
     errors.install(app)
     app.include_router(files.router, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES)
-    for module in (jobs, events, outputs, models, health):
+    for module in (estimate, jobs, events, outputs, models, health):
         app.include_router(module.router)
+    ui.install(app)  # the dashboard under /ui: pages that call these /v1 routes
     log.info("LCSB API ready (%s environment, database %s)", settings.environment,
              app.state.db.engine.url.render_as_string(hide_password=True))
     return app

@@ -1,0 +1,122 @@
+/* A job's page: the job object (polled while it runs), its event stream (events list, loss charts,
+   selection heatmap), memory, downloads, and cancel with an in-page confirmation. */
+"use strict";
+(function () {
+  const { api, listAll, el, setText, fmtDuration, fmtNum, fmtBytes, TERMINAL } = LCSB;
+  const jobId = document.body.dataset.jobId;
+  const base = "/v1/fine_tuning/jobs/" + encodeURIComponent(jobId);
+  const train = [], evalLoss = [], trainT = [], evalT = [];
+  let t0 = null, job = null, charts = null, heat = null, stream = null;
+
+  function notFound() { document.getElementById("not-found").hidden = false; }
+
+  function renderJob(j) {
+    job = j;
+    const lcsb = (j.method || {}).lcsb || {};
+    setText("job-id", j.id);
+    const badge = setText("job-status", j.status);
+    badge.className = "badge status-" + j.status;
+    setText("job-summary", `${j.model} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
+      `worker class ${j.queue} · created ${LCSB.fmtTime(j.created_at)}` + (j.fine_tuned_model ? " · " + j.fine_tuned_model : ""));
+    const err = document.getElementById("job-error");
+    err.hidden = !j.error;
+    if (j.error) err.textContent = `${j.error.code}: ${j.error.message}`;
+    const p = j.progress || {};
+    const bar = document.getElementById("job-progress");
+    bar.value = j.status === "succeeded" ? 100 : (p.percent || 0);
+    let text = p.total_steps ? `${p.steps_completed}/${p.total_steps} steps (${p.percent}%)` : j.status;
+    if (j.status === "running" && j.estimated_finish) text += ` · ETA ${fmtDuration(j.estimated_finish - Date.now() / 1000)}`;
+    if (j.finished_at) text += ` · finished ${LCSB.fmtTime(j.finished_at)}`;
+    setText("job-progress-text", text);
+    document.getElementById("cancel-button").hidden = TERMINAL.includes(j.status);
+    setText("hyperparameters", JSON.stringify(j.hyperparameters, null, 2));
+    setText("method", JSON.stringify(j.method, null, 2));
+    renderMemory(j);
+    if (heat && p.total_steps) heat.setShape(0, p.total_steps);
+  }
+
+  function renderMemory(j) {
+    const est = j.memory_estimate || {};
+    const rows = [["estimated peak (MiB)", fmtNum(est.total_mib)], ["with headroom (MiB)", fmtNum(est.required_mib)],
+                  ["worker class cap (MiB)", est.memory_cap_mib], ["measured peak (MiB)", fmtNum((j.progress || {}).peak_memory_mib)]];
+    for (const [name, value] of Object.entries(est)) {
+      if (name.endsWith("_mib") && !["total_mib", "required_mib", "memory_cap_mib"].includes(name)) rows.push(["  " + name.replace(/_mib$/, "") + " (MiB)", fmtNum(value)]);
+    }
+    const peak = (j.progress || {}).peak_memory_mib;
+    if (peak && est.total_mib) rows.splice(4, 0, ["measured / estimated", (peak / est.total_mib).toFixed(2) + "x"]);
+    document.querySelector("#memory-table tbody").replaceChildren(...rows.map(([k, v]) =>
+      el("tr", {}, el("th", {}, k), el("td", { dataset: { name: k.trim() } }, v ?? ""))));
+  }
+
+  function onEvent(e) {
+    const d = e.data || {};
+    const item = el("li", { class: "event level-" + e.level, dataset: { type: e.type } },
+      el("time", {}, new Date(e.created_at * 1000).toLocaleTimeString()), " ", el("span", { class: "message" }, e.message));
+    document.getElementById("events").prepend(item);
+    if (d.num_layers) heat.setShape(d.num_layers, d.total_steps);
+    if (t0 === null && (d.num_layers || e.type === "metrics")) t0 = e.created_at - (d.step_time_s || 0);
+    const t = t0 === null ? 0 : e.created_at - t0;
+    if (e.type === "metrics" && typeof d.train_loss === "number") { train.push([d.step, d.train_loss]); trainT.push([t, d.train_loss]); }
+    if (e.type === "metrics" && typeof d.valid_loss === "number") { evalLoss.push([d.step, d.valid_loss]); evalT.push([t, d.valid_loss]); }
+    if (Array.isArray(d.selected_layers)) heat.add(d.step, d.selected_layers);
+    charts.step.update([train, evalLoss]);
+    charts.time.update([trainT, evalT]);
+  }
+
+  async function loadDownloads() {
+    const arts = await api(base + "/artifacts");
+    const ul = document.getElementById("artifacts");
+    if (arts.ok && arts.body.data.length) {
+      ul.replaceChildren(...arts.body.data.map((a) => el("li", {},
+        LCSB.downloadLink(a.download_url, jobId + "-" + a.name.split("/").pop(), a.name), " ", el("span", { class: "muted" }, fmtBytes(a.bytes)))));
+    }
+    const cps = await listAll(base + "/checkpoints", 5);
+    const cl = document.getElementById("checkpoints");
+    if (cps.ok && cps.data.length) {
+      cl.replaceChildren(...cps.data.map((c) => el("li", {},
+        LCSB.downloadLink(c.download_url, `${jobId}-step-${c.step_number}-adapter.tar.gz`, `step ${c.step_number} adapter`),
+        " ", el("span", { class: "muted" }, fmtBytes(c.bytes)))));
+    }
+  }
+
+  async function poll() {
+    const r = await api(base);
+    if (r.ok) renderJob(r.body);
+    if (r.ok && !TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
+  }
+
+  function bindCancel() {
+    const dialog = document.getElementById("cancel-dialog");
+    document.getElementById("cancel-button").addEventListener("click", () => dialog.showModal());
+    dialog.addEventListener("close", async () => {
+      if (dialog.returnValue !== "yes") return;
+      const r = await api(base + "/cancel", { method: "POST" });
+      if (r.ok) renderJob(r.body);
+      else LCSB.alertBox("Cancel failed: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
+    });
+  }
+
+  async function start() {
+    if (!jobId) { notFound(); return; }
+    const r = await api(base);
+    if (!r.ok) { notFound(); return; }
+    document.getElementById("job").hidden = false;
+    charts = { step: LCSBCharts.lineChart(document.getElementById("chart-step"), "step", ["train loss", "eval loss"]),
+               time: LCSBCharts.lineChart(document.getElementById("chart-time"), "seconds", ["train loss", "eval loss"]) };
+    heat = LCSBCharts.heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-caption"));
+    const models = await api("/v1/models");
+    const info = models.ok ? models.body.data.find((m) => m.id === r.body.model) : null;
+    heat.setShape(info ? info.num_layers : 0, (r.body.progress || {}).total_steps);
+    renderJob(r.body);
+    bindCancel();
+    loadDownloads();
+    if (!TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
+    stream = LCSB.streamEvents(jobId, onEvent, async () => {
+      const final = await api(base);
+      if (final.ok) renderJob(final.body);
+      loadDownloads();
+      document.body.dataset.streamDone = "true";
+    });
+  }
+  start();
+})();

@@ -1,0 +1,42 @@
+"""Estimate a job before creating it: the same checks as `jobs.create_job` (model, files, every rule
+of the trainer's config) and the core's pure-Python memory estimate with its worker-class routing,
+without storing anything. The dashboard's create-job form shows it before submitting.
+
+    estimate = estimate_job(session, settings, owner_id=..., request=body)   # {"memory_estimate", "queue", ...}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from lcsb_service.catalog import find_model
+from lcsb_service.errors import InvalidRequest
+from lcsb_service.jobs import usable_file
+from lcsb_service.jobspec import build_spec
+from lcsb_service.settings import Settings
+
+ESTIMATE_SEED = 0  # the seed changes nothing the estimate reads
+
+
+def estimate_job(session: Session, settings: Settings, *, owner_id: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The memory estimate (MiB by component, the worker class's cap) and the queue a job with this
+    create body would get, plus its resolved hyperparameters and method.
+
+    Raises:
+        InvalidRequest: unknown model, unusable file, a value the trainer refuses (400, `param` names
+            the request field), as job creation does.
+        Unprocessable: no worker class can hold the estimated peak (422, `insufficient_memory`).
+    """
+    model = find_model(settings.resolved_model_dirs, request["model"])
+    if model is None:
+        raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
+                             code="model_not_found", param="model")
+    usable_file(session, owner_id, request["training_file"], "training_file")
+    if request.get("validation_file"):
+        usable_file(session, owner_id, request["validation_file"], "validation_file")
+    spec = build_spec({**request, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate")
+    return {"object": "fine_tuning.job.estimate", "model": model.name, "queue": spec.queue,
+            "memory_estimate": spec.memory_estimate, "hyperparameters": spec.hyperparameters,
+            "method": spec.method}

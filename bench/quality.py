@@ -8,14 +8,15 @@
     python bench/quality.py --task gsm8k --schedules cyclic --momentum on,off --out bench/results/momentum
     python bench/quality_report.py bench/results/gsm8k                        # tables + plots
 
-Every run: SmolLM2-135M-Instruct (NF4 unless --quant), LoRA r16/alpha 32 on all seven projections,
-AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (so a longer run's
+Every run: SmolLM2-135M-Instruct or `--model gemma-3-270m` (NF4 unless --quant), LoRA r16/alpha 32 on all
+seven projections, AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (so a longer run's
 first N steps are the N-step run: `--extend cyclic=100` gives both the equal-steps value at `--steps`
 and the equal-time curve), clip 1.0. Data:
 - gsm8k: the first `--train-examples` rows of `../shared/data/gsm8k/train.jsonl` as chat (question ->
   worked answer, loss on the answer), eval on the first `--eval-examples` (200) rows of `test.jsonl`:
   eval loss (nats per answer token), token accuracy, and with `--exact-match` greedy decoding of those
-  questions scored on the `#### <number>` line.
+  questions scored on the `#### <number>` line. A model without a chat template (gemma-3-270m, a base
+  model) gets the same rows as prompt/completion ("Question: ...\nAnswer:" -> " <answer>") instead.
 - wikitext: `../shared/data/wikitext-2/valid.txt` split at a line boundary: the first 80 % of the lines
   train, the rest is held out; both packed into blocks of `--seq` tokens; held-out perplexity = exp(loss).
 Wall-clock time is the sum of the optimizer steps' times (evaluation excluded). Each run writes one
@@ -146,16 +147,31 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
+def gsm8k_prompt(question: str) -> str:
+    """The prompt of a GSM8K question for a model without a chat template (prompt/completion data)."""
+    return f"Question: {question}\nAnswer:"
+
+
+def gsm8k_rows_for(tokenizer):
+    """GSM8K row -> a training line: chat where the tokenizer has a chat template, else prompt/completion."""
+    from lcsb_core.data import gsm8k_to_chat
+
+    if getattr(tokenizer, "chat_template", None):
+        return gsm8k_to_chat
+    return lambda r: {"prompt": gsm8k_prompt(r["question"]), "completion": " " + r["answer"]}
+
+
 def prepare_task(task: str, tokenizer, args) -> tuple:
     """(train TokenizedDataset, eval TokenizedDataset, eval rows for exact match or None)."""
-    from lcsb_core.data import build_dataset, gsm8k_to_chat
+    from lcsb_core.data import build_dataset
 
     work = Path(args.out) / "data"
     if task == "gsm8k":
         read = lambda name, n: [json.loads(x) for x in (DATA / "gsm8k" / name).read_text().splitlines()[:n]]  # noqa: E731
         train_rows, eval_rows = read("train.jsonl", args.train_examples), read("test.jsonl", args.eval_examples)
-        train_file = write_jsonl(work / "gsm8k_train.jsonl", map(gsm8k_to_chat, train_rows))
-        eval_file = write_jsonl(work / "gsm8k_eval.jsonl", map(gsm8k_to_chat, eval_rows))
+        to_line = gsm8k_rows_for(tokenizer)
+        train_file = write_jsonl(work / "gsm8k_train.jsonl", map(to_line, train_rows))
+        eval_file = write_jsonl(work / "gsm8k_eval.jsonl", map(to_line, eval_rows))
         build = lambda f: build_dataset(f, tokenizer, max_seq_len=args.seq, min_examples=1)  # noqa: E731
         evals = build(eval_file)
         evals.examples.sort(key=lambda e: len(e.input_ids))  # less padding; the loss is a sum over tokens
@@ -181,12 +197,17 @@ def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_
     Returns accuracy, the count, and the first few generations."""
     model.eval()
     tokenizer.padding_side = "left"
-    eos = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    eos = [tokenizer.eos_token_id]
+    if tokenizer.chat_template:
+        eos.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     correct, samples, t0 = 0, [], time.perf_counter()
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
-        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["question"]}], tokenize=False,
-                                                 add_generation_prompt=True) for r in chunk]
+        if tokenizer.chat_template:
+            prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["question"]}], tokenize=False,
+                                                     add_generation_prompt=True) for r in chunk]
+        else:  # the prompt/completion rows of `gsm8k_rows_for`, after the BOS token
+            prompts = [(tokenizer.bos_token or "") + gsm8k_prompt(r["question"]) for r in chunk]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         with autocast_for(model):
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
@@ -207,7 +228,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
     train_ds, eval_ds, eval_rows = data
     cfg = TrainConfig.from_dict({
         "data": {"train_file": "(in memory)", "max_seq_len": args.seq},
-        "model": {"quantization": spec.quant, "device": args.device},
+        "model": {"name_or_path": args.model, "quantization": spec.quant, "device": args.device},
         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
         "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum,
                  "full_every": spec.full_every if spec.schedule == "topfull" else None},
@@ -235,7 +256,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
               "cycle_length": trainer.schedule.cycle_length, "num_layers": trainer.selective.num_layers,
               "train_seconds": recorder.train_s, "evals": recorder.evals, "steps": recorder.steps,
               "peak_memory_mib": summary["peak_memory_mib"], "run_dir": summary["run_dir"],
-              "threads": torch.get_num_threads(), "torch": torch.__version__}
+              "threads": torch.get_num_threads(), "torch": torch.__version__, "model": args.model}
     return result
 
 
@@ -297,6 +318,9 @@ def main(argv=None) -> None:
     ap.add_argument("--gen-batch", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct",
+                    help="catalog model (SmolLM2-135M-Instruct, gemma-3-270m) or a model folder; give each model "
+                         "its own --out (run names do not include the model)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads on CPU (0 = torch default; 1 when other jobs share the cores: OpenMP "
                          "barriers under oversubscription made small matmuls ~30x slower here)")
@@ -315,7 +339,7 @@ def main(argv=None) -> None:
         return
     from lcsb_core.models.loading import load_tokenizer, resolve_model_path
 
-    tokenizer = load_tokenizer(resolve_model_path("SmolLM2-135M-Instruct"))
+    tokenizer = load_tokenizer(resolve_model_path(args.model))
     data = prepare_task(args.task, tokenizer, args)
     step0_cache: dict = {}
     for spec in todo:

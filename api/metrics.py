@@ -15,7 +15,8 @@ from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lcsb_service.db import Database
-from lcsb_service.models import JOB_STATUSES, Job
+from lcsb_service.models import Job
+from lcsb_service.status import JobStatus
 
 
 class ServiceMetrics:
@@ -39,7 +40,7 @@ class _JobStatusCollector:
 
     def collect(self):
         gauge = GaugeMetricFamily("lcsb_jobs", "fine-tuning jobs by status", labels=["status"])
-        counts = dict.fromkeys(JOB_STATUSES, 0)
+        counts = dict.fromkeys(JobStatus, 0)
         try:
             with self.db.sessionmaker() as s:
                 rows = s.execute(select(Job.status, func.count()).group_by(Job.status))

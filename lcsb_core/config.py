@@ -20,9 +20,9 @@ LR_SCHEDULES = ("linear", "cosine", "constant")
 ON_TRUNCATION = ("report", "fail")
 
 
-def _check(cond: bool, name: str, message: str) -> None:
+def _check(cond: bool, name: str, message: str, mentions: tuple[str, ...] = ()) -> None:
     if not cond:
-        raise ConfigError(f"{name}: {message}")
+        raise ConfigError(name, message, mentions=mentions)
 
 
 @dataclass
@@ -54,7 +54,8 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
-        _check(isinstance(self.rank, int) and 1 <= self.rank <= 1024, "lora.rank", f"must be an integer in [1, 1024], got {self.rank!r}")
+        _check(isinstance(self.rank, int) and 1 <= self.rank <= 1024, "lora.rank",
+               f"must be an integer in [1, 1024], got {self.rank!r}")
         _check(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha!r}")
         _check(0.0 <= self.dropout < 1.0, "lora.dropout", f"must be in [0, 1), got {self.dropout!r}")
         _check(len(self.target_modules) > 0, "lora.target_modules", "must name at least one module")
@@ -79,12 +80,15 @@ class LCSBSettings:
     importance_refresh_every: int = 10
 
     def __post_init__(self) -> None:
-        _check(self.schedule in SCHEDULES, "lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        _check(self.schedule in SCHEDULES, "lcsb.schedule",
+               f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         _check(self.k is None or self.fraction is None, "lcsb", "give `k` or `fraction`, not both")
         if self.k is None and self.fraction is None:
             self.fraction = 0.25
-        _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k", f"must be an integer >= 1, got {self.k!r}")
-        _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction", f"must be in (0, 1], got {self.fraction!r}")
+        _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k",
+               f"must be an integer >= 1, got {self.k!r}")
+        _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction",
+               f"must be in (0, 1], got {self.fraction!r}")
         _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
         if self.full_every is not None:
             check_full_every(self.full_every)
@@ -110,7 +114,8 @@ class OptimSettings:
         _check(0 < self.learning_rate < 1, "optim.learning_rate", f"must be in (0, 1), got {self.learning_rate!r}")
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        _check(self.lr_schedule in LR_SCHEDULES, "optim.lr_schedule", f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        _check(self.lr_schedule in LR_SCHEDULES, "optim.lr_schedule",
+               f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         _check(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0 (0 disables clipping)")
 
 
@@ -141,7 +146,8 @@ class DataSettings:
         _check(bool(self.train_file), "data.train_file", "is required")
         _check(self.on_truncation in ON_TRUNCATION, "data.on_truncation",
                f"must be one of {', '.join(ON_TRUNCATION)}, got {self.on_truncation!r}")
-        _check(16 <= self.max_seq_len <= 131072, "data.max_seq_len", f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
+        _check(16 <= self.max_seq_len <= 131072, "data.max_seq_len",
+               f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
         _check(self.min_examples >= 1, "data.min_examples", "must be >= 1")
         _check(self.pad_to_multiple_of >= 1, "data.pad_to_multiple_of", "must be >= 1")
 
@@ -187,21 +193,23 @@ class TrainConfig:
             ConfigError: the first rule broken, naming the fields.
         """
         _check(self.eval_every == 0 or bool(self.data.validation_file), "eval_every",
-               f"is {self.eval_every}, but periodic evaluation needs data.validation_file; give a validation "
-               "file or set eval_every to 0")
+               f"is {self.eval_every}, but periodic evaluation needs {{data.validation_file}}; give a validation "
+               "file or set {eval_every} to 0", ("data.validation_file", "eval_every"))
         if self.max_steps is not None:
             for name in ("eval_every", "save_every"):
                 _check(getattr(self, name) <= self.max_steps, name,
-                       f"is {getattr(self, name)}, more than max_steps ({self.max_steps}): it would never happen")
+                       f"is {getattr(self, name)}, more than {{max_steps}} ({self.max_steps}): it would never happen",
+                       ("max_steps",))
             _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
-                   f"is {self.optim.warmup_steps}, more than max_steps ({self.max_steps}): the learning rate "
-                   "would never reach its value")
+                   f"is {self.optim.warmup_steps}, more than {{max_steps}} ({self.max_steps}): the learning rate "
+                   "would never reach its value", ("max_steps",))
             every = full_every_for(self.lcsb.schedule, self.lcsb.full_every)
             _check(every is None or every <= self.max_steps, "lcsb.full_every",
-                   f"is {every}, more than max_steps ({self.max_steps}): no full backward step would run")
+                   f"is {every}, more than {{max_steps}} ({self.max_steps}): no full backward step would run",
+                   ("max_steps",))
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, raw: dict[str, Any]) -> TrainConfig:
         """Build from a nested dict (as loaded from YAML).
 
         Raises:
@@ -214,7 +222,7 @@ class TrainConfig:
         for name, klass in sections.items():
             value = raw.pop(name, {}) or {}
             if not isinstance(value, dict):
-                raise ConfigError(f"{name}: must be a mapping, got {type(value).__name__}")
+                raise ConfigError(name, f"must be a mapping, got {type(value).__name__}")
             kwargs[name] = _build(klass, value, name)
         return _build(cls, {**raw, **kwargs}, "")
 
@@ -228,9 +236,11 @@ def _build(klass, values: dict[str, Any], prefix: str):
     unknown = sorted(set(values) - known)
     if unknown:
         where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown field(s) {', '.join(where + u for u in unknown)}; "
-                          f"valid: {', '.join(sorted(known))}")
+        if len(unknown) == 1:
+            raise ConfigError(where + unknown[0], f"unknown field; valid: {', '.join(sorted(known))}")
+        raise ConfigError(None, f"unknown fields {', '.join(where + u for u in unknown)}; "
+                                f"valid: {', '.join(sorted(known))}")
     try:
         return klass(**values)
     except TypeError as exc:
-        raise ConfigError(f"{prefix or 'config'}: {exc}") from exc
+        raise ConfigError(prefix or "config", str(exc)) from exc

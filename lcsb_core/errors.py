@@ -42,7 +42,9 @@ class ConfigError(LCSBError, ValueError):
 
     def describe(self, name: Callable[[str], str] = str) -> str:
         """The message with every field (`field` and `mentions`) written as `name(field)`."""
-        text = self.message.format_map({m: name(m) for m in self.mentions}) if self.mentions else self.message
+        text = self.message
+        for mention in self.mentions:
+            text = text.replace("{" + mention + "}", name(mention))
         return f"{name(self.field)}: {text}" if self.field else text
 
 
@@ -69,3 +71,9 @@ class TrainingCancelled(LCSBError):
     """The caller asked to stop between steps (a callback returned a cancel request)."""
 
     code = "cancelled"
+
+
+class CheckpointError(LCSBError):
+    """A checkpoint cannot be resumed: an older layout, or tensors that do not match the model's."""
+
+    code = "invalid_checkpoint"

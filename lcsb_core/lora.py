@@ -72,10 +72,3 @@ def lora_parameters_by_layer(model: nn.Module) -> dict[int, list[nn.Parameter]]:
         for attr in module.adapter_layer_names:
             out[idx].extend(p for p in getattr(module, attr).parameters())
     return out
-
-
-def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter's tensors, as PEFT saves them (`get_peft_model_state_dict`)."""
-    from peft import get_peft_model_state_dict
-
-    return get_peft_model_state_dict(model)

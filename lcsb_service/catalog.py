@@ -26,7 +26,7 @@ REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_a
 @dataclass(frozen=True)
 class ModelInfo:
     """One trainable base model. `config` is its config.json; `checkpoint_bytes` the size of its weight
-    files; `max_seq_len` its context length (tokens)."""
+    files; `context_length` its context (tokens, `max_position_embeddings`)."""
 
     name: str
     path: Path
@@ -61,7 +61,8 @@ class ModelInfo:
             return False
 
     @property
-    def max_seq_len(self) -> int:
+    def context_length(self) -> int:
+        """The longest sequence the model takes (tokens): `max_position_embeddings`, else 2048."""
         return int(self.config.get("max_position_embeddings") or 2048)
 
     @property
@@ -126,7 +127,7 @@ def model_object(info: ModelInfo) -> dict:
     return {"id": info.name, "object": "model", "created": info.created, "owned_by": "system",
             "num_layers": info.num_layers,
             "num_parameters": entry.num_parameters if entry else info.num_parameters,
-            "max_seq_len": info.max_seq_len, "context_length": info.max_seq_len,
+            "max_seq_len": info.context_length, "context_length": info.context_length,
             "architectures": info.architectures, "hub_id": info.hub_id,
             "has_chat_template": info.has_chat_template, "quantizations": list(QUANTIZATIONS),
             "package": entry.package if entry else None,

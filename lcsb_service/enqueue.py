@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy.orm import Session
 
 from lcsb_service.db import after_commit
+from lcsb_service.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class RecordingEnqueuer:
         self.calls.append((job_id, queue))
 
 
-def load_enqueuer(settings) -> Enqueuer:  # noqa: ANN001 - Settings (kept untyped: no import cycle)
+def load_enqueuer(settings: Settings) -> Enqueuer:
     """Build the class named by `settings.enqueuer` ("package.module:Class").
 
     Raises:

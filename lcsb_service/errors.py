@@ -3,8 +3,8 @@ and the request `param` it concerns; the API turns any of them into
 
     {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 
-with one exception handler (`api/errors.py`). Service code raises these; routes never build HTTP
-errors by hand.
+with one exception handler (`api/errors.py`, whose `error_response` is the one builder of that body).
+Service code raises these; routes never build HTTP errors by hand.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ class ServiceError(Exception):
         self.param = param
         if code is not None:
             self.code = code
-
-    def to_body(self) -> dict:
-        """The OpenAI error body."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class InvalidRequest(ServiceError):
@@ -63,9 +59,3 @@ class Unprocessable(ServiceError):
     """The request is valid but cannot be served, e.g. no worker class can hold the job (422)."""
 
     status, type, code = 422, "invalid_request_error", "unprocessable"
-
-
-class Unavailable(ServiceError):
-    """A dependency (database, broker, storage) is unreachable (503)."""
-
-    status, type, code = 503, "server_error", "unavailable"

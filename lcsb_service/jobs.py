@@ -24,8 +24,9 @@ from lcsb_service.events import add_event
 from lcsb_service.files import FINE_TUNE
 from lcsb_service.ids import looks_like_id, new_id, utcnow
 from lcsb_service.jobspec import build_spec, request_hash
-from lcsb_service.models import QUEUED, File, Job
+from lcsb_service.models import File, Job
 from lcsb_service.settings import Settings
+from lcsb_service.status import JobStatus
 
 
 def usable_file(session: Session, owner_id: str, file_id: str, param: str) -> File:
@@ -99,7 +100,8 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     spec = build_spec({**request, "seed": seed}, model, settings, job_id)
     now = utcnow()
     job = Job(id=job_id, owner_id=owner_id, model=model.name, training_file=train.id,
-              validation_file=request.get("validation_file"), status=QUEUED, seed=seed, suffix=request.get("suffix"),
+              validation_file=request.get("validation_file"), status=JobStatus.QUEUED, seed=seed,
+              suffix=request.get("suffix"),
               metadata_=request.get("metadata"), hyperparameters=spec.hyperparameters, method=spec.method,
               train_config=spec.train_config, memory_estimate=spec.memory_estimate, queue=spec.queue,
               idempotency_key=idempotency_key, request_hash=digest, result_files=[], steps_completed=0,

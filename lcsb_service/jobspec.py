@@ -14,24 +14,27 @@ Mapping (API -> TrainConfig):
     method.lora.{rank, alpha, dropout, target_modules}                  -> lora.*
     method.quantization                                                 -> model.quantization
     method.lcsb.{schedule, k, fraction, full_every, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
-    method.max_seq_len (default min(512, the model's context)), method.train_on_inputs -> data.*
+    method.max_seq_len (default: the trainer's, at most the model's context_length), method.train_on_inputs -> data.*
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
     method.on_truncation                                                -> data.on_truncation
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
 fields, its cross-field rules (`TrainConfig.check_honoured`), `k` against the model's layer count,
 `max_seq_len` against its context. Errors name the request's fields, not the trainer's.
+
+Defaults: a field the request leaves out is left out of the trainer's input too, so `TrainConfig` (and
+its sections' dataclass defaults) is the one home of every default; this module resolves only OpenAI's
+`"auto"` values (and the `max_seq_len` default, which must fit the model's context).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from lcsb_core.config import TrainConfig
+from lcsb_core.config import DataSettings, TrainConfig
 from lcsb_core.errors import ConfigError
 from lcsb_core.memory import estimate_peak_mib
 from lcsb_core.schedules import schedule_for
@@ -39,15 +42,12 @@ from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest, Unprocessable
 from lcsb_service.settings import Settings
 
-DEFAULT_MAX_SEQ_LEN = 512
 _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method", "lora": "method.lora",
                      "lcsb": "method.lcsb", "optim": "hyperparameters", "model.quantization": "method.quantization",
                      "batch_size": "hyperparameters.batch_size", "epochs": "hyperparameters.n_epochs",
                      "max_steps": "hyperparameters.max_steps", "eval_every": "method.eval_every",
                      "save_every": "method.save_every", "data.on_truncation": "method.on_truncation",
                      "data.validation_file": "validation_file", "data.train_file": "training_file"}
-_FIELD_IN_TEXT = re.compile(r"(?<![\w.])(?:" + "|".join(sorted(map(re.escape, _PARAM_OF_SECTION), key=len, reverse=True))
-                            + r")(?:\.\w+)*(?![\w])")
 
 
 @dataclass
@@ -75,16 +75,11 @@ def _request_name(field: str) -> str:
 
 
 def _request_error(exc: ConfigError) -> InvalidRequest:
-    """The trainer's ConfigError ("lora.rank: must be ...") restated with the request's field names,
-    in `param` (the first field named) and in the message."""
-    message = str(exc)
-    match = re.match(r"[A-Za-z_][\w.]*", message)
-    field = match.group(0) if match else ""
-    param = _request_name(field)
-    # field names in the text ("data.validation_file"), not plain words that happen to match ("data")
-    text = param + _FIELD_IN_TEXT.sub(lambda m: _request_name(m.group(0)) if "." in m.group(0) or "_" in m.group(0)
-                                      else m.group(0), message[len(field):])
-    return InvalidRequest(text, code="invalid_hyperparameters", param=param if param != field else None)
+    """The trainer's ConfigError restated with the request's field names: its `field` (in `param`
+    when the request has a name for it) and the fields its message mentions."""
+    param = _request_name(exc.field) if exc.field else None
+    return InvalidRequest(exc.describe(_request_name), code="invalid_hyperparameters",
+                          param=param if param != exc.field else None)
 
 
 def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +103,9 @@ def _or_default(hp: dict[str, Any], name: str, default: Any) -> Any:
 
 
 def resolve_hyperparameters(hp: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Replace "auto" and missing values by the service defaults.
+    """Replace OpenAI's "auto" (or missing) `n_epochs`, `batch_size` and `learning_rate_multiplier` by
+    the service defaults; the optimizer settings are passed on only when given (the trainer's defaults
+    apply otherwise, and `build_spec` reports them from the resolved config).
 
     Raises:
         InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
@@ -125,8 +122,15 @@ def resolve_hyperparameters(hp: dict[str, Any], settings: Settings) -> dict[str,
     return {"n_epochs": int(_or_default(hp, "n_epochs", settings.default_epochs)),
             "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
             "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),
-            "warmup_steps": hp.get("warmup_steps", 0), "weight_decay": hp.get("weight_decay", 0.01),
-            "lr_schedule": hp.get("lr_schedule", "linear")}
+            **_given(hp, *_OPTIM)}
+
+
+_OPTIM = ("warmup_steps", "weight_decay", "lr_schedule")  # hyperparameters -> optim.*, unchanged
+
+
+def _given(values: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The named entries of `values` that are set (not missing, not None)."""
+    return {n: values[n] for n in names if values.get(n) is not None}
 
 
 def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str) -> JobSpec:
@@ -138,36 +142,50 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     """
     method = request.get("method") or {}
     hp = resolve_hyperparameters(merged_hyperparameters(request), settings)
-    lcsb = dict(method.get("lcsb") or {})
-    max_seq_len = method.get("max_seq_len") or min(DEFAULT_MAX_SEQ_LEN, model.max_seq_len)
-    if max_seq_len > model.max_seq_len:
-        raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.max_seq_len} "
+    max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
+    if max_seq_len > model.context_length:
+        raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.context_length} "
                              "tokens", param="method.max_seq_len")
     raw = {
         "data": {"train_file": request["training_file"], "validation_file": request.get("validation_file"),
-                 "max_seq_len": max_seq_len, "train_on_inputs": bool(method.get("train_on_inputs", False)),
-                 "min_examples": settings.min_examples,
-                 **({"on_truncation": method["on_truncation"]} if method.get("on_truncation") else {})},
-        "model": {"name_or_path": model.name, "quantization": method.get("quantization") or "nf4"},
-        "lora": {k: v for k, v in (method.get("lora") or {}).items() if v is not None},
-        "lcsb": {k: v for k, v in lcsb.items() if v is not None},
-        "optim": {"learning_rate": hp["learning_rate"], "weight_decay": hp["weight_decay"],
-                  "warmup_steps": hp["warmup_steps"], "lr_schedule": hp["lr_schedule"]},
+                 "max_seq_len": max_seq_len, "min_examples": settings.min_examples,
+                 **_given(method, "train_on_inputs", "on_truncation")},
+        "model": {"name_or_path": model.name, **_given(method, "quantization")},
+        "lora": _given(method.get("lora") or {}, "rank", "alpha", "dropout", "target_modules"),
+        "lcsb": {k: v for k, v in (method.get("lcsb") or {}).items() if v is not None},
+        "optim": {"learning_rate": hp["learning_rate"], **_given(hp, *_OPTIM)},
         "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
-        "seed": request["seed"], "eval_every": method.get("eval_every") or 0,
-        "save_every": method.get("save_every") or 0, "output_dir": f"runs/{job_id}",
+        "seed": request["seed"], **_given(method, "eval_every", "save_every"), "output_dir": f"runs/{job_id}",
     }
     try:
         cfg = TrainConfig.from_dict(raw)
         cfg.check_honoured()
-        schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
+        schedule = _schedule(cfg, model)
         _check_schedule_options(method.get("lcsb") or {}, schedule)
     except ConfigError as exc:
         raise _request_error(exc) from exc
+    hp = {**hp, **{name: getattr(cfg.optim, name) for name in _OPTIM}}
     estimate, queue = route(model, cfg, schedule, settings)
-    resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence", False))}
+    resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue)
+
+
+def _schedule(cfg: TrainConfig, model: ModelInfo) -> Any:
+    """The job's schedule on `model` (`schedule_for`, the one validation of `lcsb.k` against the layers).
+
+    Raises:
+        ConfigError: naming `lcsb.k` when it exceeds the model's decoder layers.
+    """
+    try:
+        return schedule_for(cfg.lcsb, num_layers=model.num_layers)
+    except ConfigError as exc:
+        if exc.field is not None or cfg.lcsb.k is None:
+            raise
+        # Transitional: lcsb_core.schedules does not name the field yet. LCSBSettings has checked every
+        # LCSB field but `k` against the model's layer count, so that is the one left to fail here.
+        raise ConfigError("lcsb.k", f"must be in [1, {model.num_layers}] (the model's decoder layers), "
+                                    f"got {cfg.lcsb.k}") from exc
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
@@ -179,8 +197,8 @@ def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
     """
     for name in ("k", "fraction"):
         if given.get(name) is not None and not schedule.uses_k:
-            raise ConfigError(f"lcsb.{name}: has no effect with schedule 'full' (it trains all "
-                              f"{schedule.num_layers} layers every step); remove it")
+            raise ConfigError(f"lcsb.{name}", f"has no effect with schedule 'full' (it trains all "
+                                              f"{schedule.num_layers} layers every step); remove it")
 
 
 def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str, Any]:
@@ -216,7 +234,8 @@ def route(model: ModelInfo, cfg: TrainConfig, schedule, settings: Settings) -> t
                                 seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
                                 gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=wc.device,
                                 checkpoint_bytes=model.checkpoint_bytes)
-        summary = {**est.to_dict(), "k": schedule.k, "device": wc.device, "queue": wc.queue, "memory_cap_mib": wc.memory_mib,
+        summary = {**est.to_dict(), "k": schedule.k, "device": wc.device, "queue": wc.queue,
+                   "memory_cap_mib": wc.memory_mib,
                    "required_mib": round(est.total_mib * (1 + settings.memory_headroom), 1)}
         if summary["required_mib"] <= wc.memory_mib:
             return summary, wc.queue

@@ -19,15 +19,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from lcsb_service.ids import utcnow
+from lcsb_service.status import JobStatus
 
 JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")  # None -> SQL NULL
 SeqType = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
 TZDateTime = DateTime(timezone=True)
-
-# Job statuses (OpenAI's names; files are validated at upload, so jobs start `queued`).
-QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
-JOB_STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
-TERMINAL_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 
 class Base(DeclarativeBase):
@@ -83,7 +79,7 @@ class Job(Base):
     model: Mapped[str] = mapped_column(String(200))
     training_file: Mapped[str] = mapped_column(String(64))
     validation_file: Mapped[str | None] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default=QUEUED, index=True)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED, index=True)  # a JobStatus
     seed: Mapped[int] = mapped_column(BigInteger)
     suffix: Mapped[str | None] = mapped_column(String(64))
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType)

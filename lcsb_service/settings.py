@@ -15,12 +15,16 @@ Outside `development` the default secret is refused (it peppers the API-key hash
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lcsb_core.config import DataSettings, OptimSettings, TrainConfig
+
 DEFAULT_SECRET = "insecure-development-secret-change-me"
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)]
 
 
 class WorkerClass(BaseModel):
@@ -41,6 +45,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LCSB_", env_file=".env", extra="ignore")
 
     environment: Literal["development", "test", "production"] = "development"
+    log_level: LogLevel = "INFO"             # the worker's Celery log level (any case: info, INFO)
     secret_key: SecretStr = SecretStr(DEFAULT_SECRET)
     data_dir: Path = Path("var")
     database_url: str | None = None          # default: sqlite:///<data_dir>/lcsb.sqlite3
@@ -50,14 +55,15 @@ class Settings(BaseSettings):
 
     max_upload_bytes: int = Field(default=512 * 2**20, gt=0)
     upload_chunk_bytes: int = Field(default=2**20, gt=0)
-    min_examples: int = Field(default=10, ge=1)
+    min_examples: int = Field(default=DataSettings.min_examples, ge=1)
 
     model_dirs: list[Path] = Field(default_factory=list)   # default: lcsb_core's model cache
     worker_classes: list[WorkerClass] = Field(
         default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")], min_length=1)
     memory_headroom: float = Field(default=0.10, ge=0, le=1)   # estimate x (1 + headroom) must fit
-    base_learning_rate: float = Field(default=1e-4, gt=0, lt=1)
-    default_batch_size: int = Field(default=4, ge=1)
+    # what OpenAI's "auto" hyperparameters resolve to (the trainer's defaults; one epoch)
+    base_learning_rate: float = Field(default=OptimSettings.learning_rate, gt=0, lt=1)
+    default_batch_size: int = Field(default=TrainConfig.batch_size, ge=1)
     default_epochs: int = Field(default=1, ge=1)
 
     sse_poll_interval_s: float = Field(default=1.0, gt=0)

@@ -26,7 +26,8 @@ from lcsb_service.db import is_postgresql
 from lcsb_service.errors import Conflict, NotFound
 from lcsb_service.events import add_event
 from lcsb_service.ids import utcnow
-from lcsb_service.models import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, Job
+from lcsb_service.models import Job
+from lcsb_service.status import JobStatus
 
 
 def lock_job(session: Session, job_id: str) -> Job:
@@ -63,7 +64,7 @@ def claim(session: Session, job_id: str, *, worker: str | None = None) -> Job | 
         NotFound: no such job.
     """
     now = utcnow()
-    job = _apply(session, job_id, (QUEUED,), RUNNING, started_at=now, heartbeat_at=now)
+    job = _apply(session, job_id, (JobStatus.QUEUED,), JobStatus.RUNNING, started_at=now, heartbeat_at=now)
     if job is not None:
         add_event(session, job_id, f"Fine-tuning job started{f' on {worker}' if worker else ''}",
                   data={"worker": worker} if worker else None)
@@ -84,7 +85,7 @@ def finish(session: Session, job_id: str, *, fine_tuned_model: str, trained_toke
         values["trained_tokens"] = trained_tokens
     if result_files is not None:
         values["result_files"] = list(result_files)
-    job = _apply(session, job_id, (RUNNING,), SUCCEEDED, **values)
+    job = _apply(session, job_id, (JobStatus.RUNNING,), JobStatus.SUCCEEDED, **values)
     if job is not None:
         add_event(session, job_id, "The job has successfully completed",
                   data={"fine_tuned_model": fine_tuned_model})
@@ -98,8 +99,8 @@ def fail(session: Session, job_id: str, code: str, message: str, param: str | No
     Raises:
         NotFound: no such job.
     """
-    job = _apply(session, job_id, (QUEUED, RUNNING), FAILED, error_code=code, error_message=message,
-                 error_param=param, finished_at=utcnow(), estimated_finish=None)
+    job = _apply(session, job_id, (JobStatus.QUEUED, JobStatus.RUNNING), JobStatus.FAILED, error_code=code,
+                 error_message=message, error_param=param, finished_at=utcnow(), estimated_finish=None)
     if job is not None:
         add_event(session, job_id, f"Fine-tuning job failed: {message}", level="error",
                   data={"code": code, "param": param})
@@ -113,12 +114,13 @@ def cancel(session: Session, job_id: str) -> Job:
         NotFound: no such job.
         Conflict: the job already succeeded or failed.
     """
-    job = _apply(session, job_id, (QUEUED, RUNNING), CANCELLED, finished_at=utcnow(), estimated_finish=None)
+    job = _apply(session, job_id, (JobStatus.QUEUED, JobStatus.RUNNING), JobStatus.CANCELLED,
+                 finished_at=utcnow(), estimated_finish=None)
     if job is not None:
         add_event(session, job_id, "Fine-tuning job cancelled")
         return job
     current = lock_job(session, job_id)
-    if current.status == CANCELLED:
+    if current.status == JobStatus.CANCELLED:
         return current
     raise Conflict(f"job {job_id} has already {current.status} and cannot be cancelled",
                    code="job_not_cancellable", param="fine_tuning_job_id")
@@ -128,4 +130,4 @@ def should_stop(session: Session, job_id: str) -> bool:
     """True when the job is no longer `running`: cancelled by its owner (or failed by a reaper). The
     worker's `TrainerCallback.should_cancel` calls this between optimizer steps."""
     status = session.execute(select(Job.status).where(Job.id == job_id)).scalar_one_or_none()
-    return status != RUNNING
+    return status != JobStatus.RUNNING

@@ -28,8 +28,9 @@ import threading
 from contextlib import ExitStack
 from pathlib import Path
 
+from lcsb_service.status import JobStatus
 from worker.limits import enter_cage
-from worker.outcome import CANCELLED, SUCCEEDED, Outcome, classify, write_outcome
+from worker.outcome import Outcome, classify, write_outcome
 
 log = logging.getLogger("worker.child")
 PR_SET_PDEATHSIG = 1
@@ -139,12 +140,13 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
                                           "method.stop_on_divergence is set", steps=reporter.steps_done,
                                           peak_memory_mib=reporter.peak_mib or None)
                 if not stop.is_set():
-                    return Outcome(CANCELLED, steps=reporter.steps_done, peak_memory_mib=reporter.peak_mib or None)
+                    return Outcome(JobStatus.CANCELLED, steps=reporter.steps_done,
+                                   peak_memory_mib=reporter.peak_mib or None)
                 return Outcome.failed("timeout", f"The job reached its time limit of {spec['time_limit_s']:.0f} s "
                                       f"after {reporter.steps_done} of {reporter.total_steps} steps; its "
                                       "checkpoints are kept", steps=reporter.steps_done,
                                       peak_memory_mib=reporter.peak_mib or None)
-        return Outcome(SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
+        return Outcome(JobStatus.SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
                        summary=summary)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a public error code
         log.exception("job %s failed", spec["job_id"])

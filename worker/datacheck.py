@@ -60,7 +60,7 @@ def check_datasets(cfg, db: Database, job_id: str):  # noqa: ANN001, ANN201 - Tr
     """(train, eval or None) TokenizedDatasets for `cfg` (local paths), recorded on the job.
 
     Raises:
-        DataError: a file fails the check (its report is recorded first; `err.param` names the file's
+        DataError: a file fails the check (its report is recorded first; `err.field` names the file's
             request field).
         ConfigError: a cross-field rule is broken. ModelLoadError: no tokenizer for the model.
     """
@@ -74,7 +74,7 @@ def check_datasets(cfg, db: Database, job_id: str):  # noqa: ANN001, ANN201 - Tr
     except DataError as exc:
         report = getattr(exc, "report", None)
         role = "validation_file" if report is not None and report.path == cfg.data.validation_file else "training_file"
-        exc.param = role  # type: ignore[attr-defined]
+        exc.field = role
         if report is not None and role in uploads:
             _record(db, job_id, {role: (uploads[role], report)})
         raise

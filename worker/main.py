@@ -27,8 +27,9 @@ def worker_argv(extra: list[str] | None = None) -> list[str]:
     queue = settings.worker_class.queue
     return ["worker", "--queues", queue, "--pool", "solo", "--concurrency", "1", "--without-mingle",
             "--without-gossip", "--without-heartbeat", "--hostname", f"{queue}-{os.getpid()}@%h",
-            "--loglevel", os.environ.get("LCSB_LOG_LEVEL", "INFO"), *(extra or [])]
+            "--loglevel", settings.log_level, *(extra or [])]
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the Celery worker with this worker's options plus `argv` (default: the command line's)."""
     app.worker_main(worker_argv(sys.argv[1:] if argv is None else argv))

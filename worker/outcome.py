@@ -3,9 +3,9 @@
     succeeded                       -> the job succeeds (unless it was cancelled meanwhile)
     cancelled                       -> nothing to change: the job already left `running`
     failed, with error.code:
-        DataError                   invalid_file   (param: the file's request field, `err.param`,
+        DataError                   invalid_file   (param: the file's request field, `err.field`,
                                                     else training_file)
-        DivergenceError             nan_loss
+        DivergenceError             nan_loss       (the public codes are the core errors' `code`s)
         finite divergence with      diverged       (worker.divergence; without the option the job
         method.stop_on_divergence                   succeeds with a `diverged` warning)
         time limit                  timeout        (soft: asked to stop; hard: killed)
@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SUCCEEDED, CANCELLED, FAILED = "succeeded", "cancelled", "failed"
+from lcsb_service.status import JobStatus
+
 INTERNAL_MESSAGE = "The job failed because of an internal error in the training process"
 OOM_MARKERS = ("can't allocate memory", "out of memory", "cannot allocate memory")
 
@@ -45,7 +46,7 @@ class Outcome:
 
     @classmethod
     def failed(cls, code: str, message: str, **kw: Any) -> Outcome:
-        return cls(FAILED, code=code, message=message, **kw)
+        return cls(JobStatus.FAILED, code=code, message=message, **kw)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)
@@ -67,14 +68,15 @@ def classify(exc: BaseException, *, cap_mib: int | None = None, peak_mib: float 
     from lcsb_core.errors import DataError, DivergenceError, LCSBError  # torch-free module
 
     common: dict[str, Any] = {"steps": steps, "peak_memory_mib": peak_mib}
-    if isinstance(exc, DataError):
-        return Outcome.failed("invalid_file", str(exc), param=getattr(exc, "param", "training_file"), **common)
-    if isinstance(exc, DivergenceError):
-        return Outcome.failed("nan_loss", str(exc), **common)
+    code = exc.code if isinstance(exc, LCSBError) else None
+    if code == DataError.code:
+        return Outcome.failed(code, str(exc), param=exc.field or "training_file", **common)
+    if code == DivergenceError.code:
+        return Outcome.failed(code, str(exc), **common)
     if _is_oom(exc):
         return Outcome.failed("oom", oom_message(cap_mib, peak_mib, how="ran out of memory"),
                               detail=f"{type(exc).__name__}: {exc}"[:2000], **common)
-    if isinstance(exc, LCSBError):  # ModelLoadError, ConfigError: their messages say what to do
+    if code is not None:  # ModelLoadError, ConfigError: not public codes, but their messages say what to do
         return Outcome.failed("internal_error", str(exc), detail=f"{type(exc).__name__}: {exc}"[:2000], **common)
     return Outcome.failed("internal_error", INTERNAL_MESSAGE, detail=f"{type(exc).__name__}: {exc}"[:2000],
                           **common)

@@ -28,7 +28,9 @@ from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.events import add_event
 from lcsb_service.ids import utcnow
-from lcsb_service.models import QUEUED, RUNNING, Job, JobEvent
+from lcsb_service.models import Job, JobEvent
+from lcsb_service.settings import Settings
+from lcsb_service.status import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,12 @@ def reap_lost(db: Database, heartbeat_timeout_s: float) -> list[str]:
     """Fail every running job whose heartbeat is older than `heartbeat_timeout_s`; returns their ids."""
     cutoff = utcnow() - timedelta(seconds=heartbeat_timeout_s)
     with db.session() as s:
-        candidates = list(s.scalars(select(Job.id).where(Job.status == RUNNING, Job.heartbeat_at < cutoff)))
+        candidates = list(s.scalars(select(Job.id).where(Job.status == JobStatus.RUNNING, Job.heartbeat_at < cutoff)))
     reaped = []
     for job_id in candidates:
         with db.session() as s:
             job = transitions.lock_job(s, job_id)
-            if job.status != RUNNING or (_aware(job.heartbeat_at) or cutoff) >= cutoff:
+            if job.status != JobStatus.RUNNING or (_aware(job.heartbeat_at) or cutoff) >= cutoff:
                 continue  # finished or beat again meanwhile
             silent = (utcnow() - _aware(job.heartbeat_at)).total_seconds()
             transitions.fail(s, job_id, "worker_lost",
@@ -72,11 +74,13 @@ def resend_queued(db: Database, enqueuer: Enqueuer, after_s: float) -> list[str]
     """
     cutoff = utcnow() - timedelta(seconds=after_s)
     with db.session() as s:
-        stale = list(s.execute(select(Job.id, Job.queue).where(Job.status == QUEUED, Job.updated_at < cutoff)))
+        stale = list(s.execute(select(Job.id, Job.queue)
+                               .where(Job.status == JobStatus.QUEUED, Job.updated_at < cutoff)))
     sent = []
     for job_id, queue in stale:
         with db.session() as s:
-            moved = s.execute(update(Job).where(Job.id == job_id, Job.status == QUEUED, Job.updated_at < cutoff)
+            moved = s.execute(update(Job)
+                              .where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.updated_at < cutoff)
                               .values(updated_at=utcnow())).rowcount
             if not moved:
                 continue  # claimed, cancelled or re-sent by another sweeper meanwhile
@@ -91,7 +95,7 @@ def resend_queued(db: Database, enqueuer: Enqueuer, after_s: float) -> list[str]
     return sent
 
 
-def sweep(db: Database, enqueuer: Enqueuer, settings) -> None:  # noqa: ANN001 - Settings
+def sweep(db: Database, enqueuer: Enqueuer, settings: Settings) -> None:
     """One reaper pass; errors are logged (the next pass retries)."""
     try:
         reap_lost(db, settings.heartbeat_timeout_s)
@@ -100,7 +104,7 @@ def sweep(db: Database, enqueuer: Enqueuer, settings) -> None:  # noqa: ANN001 -
         log.warning("reaper pass failed", exc_info=True)
 
 
-def start_reaper(db: Database, enqueuer: Enqueuer, settings, stop: threading.Event) -> threading.Thread:  # noqa: ANN001
+def start_reaper(db: Database, enqueuer: Enqueuer, settings: Settings, stop: threading.Event) -> threading.Thread:
     """A daemon thread: one pass now, then every `settings.reaper_interval_s` until `stop` is set."""
 
     def loop() -> None:

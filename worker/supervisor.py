@@ -36,20 +36,15 @@ from lcsb_service.artifacts import publish_run
 from lcsb_service.errors import NotFound
 from lcsb_service.events import add_event, heartbeat
 from lcsb_service.jobspec import fine_tuned_model_name
-from lcsb_service.models import RUNNING, Job, Owner
+from lcsb_service.models import Job, Owner
+from lcsb_service.settings import Settings
+from lcsb_service.status import JobStatus
 from worker.context import WorkerContext
 from worker.limits import Cage, create_cage
-from worker.outcome import CANCELLED, FAILED, INTERNAL_MESSAGE, SUCCEEDED, Outcome, oom_message, read_outcome
+from worker.outcome import INTERNAL_MESSAGE, Outcome, oom_message, read_outcome
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
-
-
-def time_limit_s(job: Job, settings) -> float:  # noqa: ANN001 - Settings
-    """The job's soft time limit: `Settings.job_time_limit_s`, lowered by `method.time_limit_s` when
-    the job spec carries one."""
-    own = (job.method or {}).get("time_limit_s")
-    return min(settings.job_time_limit_s, float(own)) if own else settings.job_time_limit_s
 
 
 def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
@@ -74,7 +69,7 @@ def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
     try:
         status = conclude(ctx, job, outcome, name)
     finally:
-        if outcome.status == FAILED:
+        if outcome.status == JobStatus.FAILED:
             log.warning("job %s ended %s (%s); training log tail:\n%s", job_id, outcome.status, outcome.code,
                         _tail(work / "child.log"))
         for folder in (run_dir, work):  # everything worth keeping is in storage now
@@ -88,7 +83,7 @@ def _folders(ctx: WorkerContext, job_id: str) -> tuple[Path, Path]:
     return run_dir, run_dir.with_name(f".{job_id}")
 
 
-def _child_env(settings) -> dict[str, str]:
+def _child_env(settings: Settings) -> dict[str, str]:
     """The training process's environment: this process's, unbuffered output, and OMP_NUM_THREADS when
     `worker_torch_threads` is set (torch reads it at import)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -104,7 +99,7 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
     work.mkdir(parents=True)
     cage = create_cage(job.id, wc.memory_mib, device=wc.device, configured_parent=settings.cgroup_parent,
                        address_space_slack_mib=settings.address_space_slack_mib)
-    limit = time_limit_s(job, settings)
+    limit = settings.job_time_limit_s
     spec = {"job_id": job.id, "database_url": settings.resolved_database_url,
             "storage_url": settings.resolved_storage_url, "model_dirs": [str(p) for p in settings.resolved_model_dirs],
             "run_dir": str(run_dir), "device": wc.device, "cage": cage.to_spec(), "parent_pid": os.getpid(),
@@ -158,7 +153,7 @@ def _supervise(ctx: WorkerContext, job_id: str, proc: subprocess.Popen, cage: Ca
         outcome.peak_memory_mib = outcome.peak_memory_mib or peak
         return outcome
     if killed_for == "stopped":
-        return Outcome(CANCELLED)
+        return Outcome(JobStatus.CANCELLED)
     if rc == -signal.SIGKILL and (cage.oom_kills() or 0) > 0:
         return Outcome.failed("oom", oom_message(cage.cap_mib, peak), peak_memory_mib=peak)
     if rc < 0:
@@ -199,22 +194,23 @@ def conclude(ctx: WorkerContext, job: Job, outcome: Outcome, fine_tuned_model: s
     """Apply the outcome to the job row; returns the job's status afterwards."""
     with ctx.db.session() as s:
         current = transitions.lock_job(s, job.id)
-        if outcome.peak_memory_mib is not None and current.status == RUNNING:
+        if outcome.peak_memory_mib is not None and current.status == JobStatus.RUNNING:
             s.execute(update(Job).where(Job.id == job.id).values(peak_memory_mib=round(outcome.peak_memory_mib, 1)))
-        if current.status != RUNNING:
-            note = ("Training stopped: the job was cancelled; its checkpoints are kept" if outcome.status == CANCELLED
+        if current.status != JobStatus.RUNNING:
+            note = ("Training stopped: the job was cancelled; its checkpoints are kept"
+                    if outcome.status == JobStatus.CANCELLED
                     else f"The training's late result ({outcome.status}) was discarded: the job is {current.status}")
             add_event(s, job.id, note, data={"steps_completed": outcome.steps})
             return current.status
-        if outcome.status == SUCCEEDED:
+        if outcome.status == JobStatus.SUCCEEDED:
             run_dir, work = _folders(ctx, job.id)
             public = {str(work): ""} | {str(d): "" for m in ctx.settings.resolved_model_dirs for d in (m, m.resolve())}
             files = publish_run(s, ctx.storage, job_id=job.id, owner_id=job.owner_id, run_dir=run_dir,
                                 public_paths=public)
             transitions.finish(s, job.id, fine_tuned_model=fine_tuned_model,
                                trained_tokens=outcome.summary.get("trained_tokens"), result_files=files)
-            return SUCCEEDED
-        if outcome.status == CANCELLED:  # the child saw a stop that the row no longer shows: treat as lost
+            return JobStatus.SUCCEEDED
+        if outcome.status == JobStatus.CANCELLED:  # the child saw a stop that the row no longer shows: treat as lost
             outcome = Outcome.failed("internal_error", INTERNAL_MESSAGE, detail="training stopped while running")
         if outcome.detail:  # exception text stays in the worker's log; the job's event has message and code
             log.error("job %s failed (%s): %s", job.id, outcome.code, outcome.detail)

@@ -23,7 +23,8 @@ from api.schemas.events import EventObject
 from lcsb_service.db import Database
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.ids import looks_like_id
-from lcsb_service.models import TERMINAL_STATUSES, Job, JobEvent
+from lcsb_service.models import Job, JobEvent
+from lcsb_service.status import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs/{fine_tuning_job_id}", tags=["fine-tuning"])
 BATCH = 200

@@ -15,15 +15,17 @@ from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
 from api.schemas.common import Page, errors
 from api.schemas.files import FileDeleted, FileObject
 from lcsb_service.db import after_commit
-from lcsb_service.errors import Conflict, NotFound, InvalidRequest
+from lcsb_service.errors import Conflict, InvalidRequest, NotFound
 from lcsb_service.files import store_upload
-from lcsb_service.models import TERMINAL_STATUSES, File, Job
+from lcsb_service.models import File, Job
+from lcsb_service.status import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
 
-NOT_A_FILE_PART = ("file must be a file part with a filename, but a form text field was sent (or a part named only "
-                   "by filename*, which is not supported); with curl use -F file=@train.jsonl, not -F file=<train.jsonl")
+NOT_A_FILE_PART = ("file must be a file part with a filename, but a form text field was sent (or a part named "
+                   "only by filename*, which is not supported); with curl use -F file=@train.jsonl, not "
+                   "-F file=<train.jsonl")
 
 
 @router.post("", response_model=FileObject, responses=errors(400, 401, 413))

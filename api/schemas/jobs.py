@@ -7,15 +7,29 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lcsb_core.config import LORA_TARGETS_ALL, LR_SCHEDULES, ON_TRUNCATION, QUANTIZATIONS
+from lcsb_core.config import (
+    LORA_TARGETS_ALL,
+    LR_SCHEDULES,
+    ON_TRUNCATION,
+    QUANTIZATIONS,
+    DataSettings,
+    LCSBSettings,
+    LoraSettings,
+    ModelSettings,
+    OptimSettings,
+    TrainConfig,
+)
 from lcsb_core.schedules import SCHEDULES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
+from lcsb_service.status import JobStatus
 
 Auto = Literal["auto"]
 # Unknown fields are errors, and types are strict: a number sent as a string ("2"), a float for an
 # integer (2.0) or a number for a boolean is refused, as OpenAI's schema types them, never coerced.
 Strict = ConfigDict(extra="forbid", strict=True)
+# Every training setting defaults to None (left out): the trainer's `TrainConfig` is the one home of the
+# defaults, which the descriptions below read from it.
 
 
 class Hyperparameters(BaseModel):
@@ -27,9 +41,12 @@ class Hyperparameters(BaseModel):
     learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=100)] | None = None
     learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
     max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
-    weight_decay: Annotated[float, Field(ge=0, le=1)] | None = None
-    lr_schedule: Literal[LR_SCHEDULES] | None = None  # type: ignore[valid-type]
+    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(
+        default=None, description=f"linear warmup steps (default {OptimSettings.warmup_steps})")
+    weight_decay: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None, description=f"AdamW weight decay (default {OptimSettings.weight_decay})")
+    lr_schedule: Literal[LR_SCHEDULES] | None = Field(  # type: ignore[valid-type]
+        default=None, description=f"after warmup (default {OptimSettings.lr_schedule})")
 
 
 class SupervisedMethod(BaseModel):
@@ -41,11 +58,14 @@ class LoraMethod(BaseModel):
     """LoRA: rank r, alpha (scale alpha/r), dropout on the adapter input, projections to adapt."""
 
     model_config = Strict
-    rank: int = Field(default=16, ge=1, le=1024)
-    alpha: float = Field(default=32.0, gt=0, le=10_000)
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    target_modules: list[Literal[LORA_TARGETS_ALL]] = Field(  # type: ignore[valid-type]
-        default_factory=lambda: list(LORA_TARGETS_ALL), min_length=1, max_length=7)
+    rank: int | None = Field(default=None, ge=1, le=1024, description=f"LoRA rank r (default {LoraSettings.rank})")
+    alpha: float | None = Field(default=None, gt=0, le=10_000,
+                                description=f"scale alpha/r (default {LoraSettings.alpha:g})")
+    dropout: float | None = Field(default=None, ge=0, lt=1,
+                                  description=f"dropout on the adapter input (default {LoraSettings.dropout:g})")
+    target_modules: list[Literal[LORA_TARGETS_ALL]] | None = Field(  # type: ignore[valid-type]
+        default=None, min_length=1, max_length=7,
+        description=f"projections to adapt (default all: {', '.join(LoraSettings.target_modules)})")
 
 
 class LCSBMethod(BaseModel):
@@ -57,19 +77,23 @@ class LCSBMethod(BaseModel):
 
     model_config = Strict
     schedule: Literal[SCHEDULES] | None = Field(  # type: ignore[valid-type]
-        default=None, description="Which decoder layers train at each step (default cyclic). Exact gradient: "
-        "top (the top k every step), topfull (top k, and all layers every full_every-th step), tail (every layer "
-        "above a cut that moves down by k each step), freeze (cyclic blocks, others frozen but back-propagated), "
-        "full (plain LoRA). The paper's LCSB with a surrogate gradient (layers above the block are identity in "
-        "backward): cyclic, random, importance.")
+        default=None, description="Which decoder layers train at each step "
+        f"(default {LCSBSettings.schedule}). Exact gradient: top (the top k every step), topfull (top k, and all "
+        "layers every full_every-th step), tail (every layer above a cut that moves down by k each step), freeze "
+        "(cyclic blocks, others frozen but back-propagated), full (plain LoRA). The paper's LCSB with a surrogate "
+        "gradient (layers above the block are identity in backward): cyclic, random, importance.")
     k: int | None = Field(default=None, ge=1, le=1024, description="Layers trained per step, at most the model's "
                           "decoder layers (num_layers in /v1/models); not with fraction, not with schedule full.")
     fraction: float | None = Field(default=None, gt=0, le=1, description="Layers per step as a fraction of the "
                                    "decoder layers (default 0.25); not with k, not with schedule full.")
     full_every: int | None = Field(default=None, ge=2, le=1_000_000, description="topfull only: a full backward "
                                    "every N-th step (default 4); at most max_steps.")
-    momentum_for_skipped: bool = True
-    gradient_checkpointing: bool = False
+    momentum_for_skipped: bool | None = Field(default=None, description=(
+        "zero, not absent, gradients for the layers not trained at a step, so AdamW moves them by momentum "
+        f"(default {str(LCSBSettings.momentum_for_skipped).lower()})"))
+    gradient_checkpointing: bool | None = Field(default=None, description=(
+        "recompute the trained layers' activations in backward (default "
+        f"{str(LCSBSettings.gradient_checkpointing).lower()})"))
 
     @model_validator(mode="after")
     def _one_of(self) -> LCSBMethod:
@@ -84,19 +108,25 @@ class Method(BaseModel):
     model_config = Strict
     type: Literal["supervised"] = "supervised"
     supervised: SupervisedMethod | None = None
-    lora: LoraMethod = Field(default_factory=LoraMethod)
-    quantization: Literal[QUANTIZATIONS] = "nf4"  # type: ignore[valid-type]
-    lcsb: LCSBMethod = Field(default_factory=LCSBMethod)
-    max_seq_len: int | None = Field(default=None, ge=16, le=131072)
-    train_on_inputs: bool = False
-    eval_every: int = Field(default=0, ge=0, le=10_000_000)
-    save_every: int = Field(default=0, ge=0, le=10_000_000)
+    lora: LoraMethod | None = None
+    quantization: Literal[QUANTIZATIONS] | None = Field(  # type: ignore[valid-type]
+        default=None, description=f"of the base model's weights (default {ModelSettings.quantization})")
+    lcsb: LCSBMethod | None = None
+    max_seq_len: int | None = Field(default=None, ge=16, le=131072, description=(
+        f"tokens per example (default {DataSettings.max_seq_len}, at most the model's context_length)"))
+    train_on_inputs: bool | None = Field(default=None, description=(
+        f"loss on prompt tokens too (default {str(DataSettings.train_on_inputs).lower()}: assistant tokens only)"))
+    eval_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
+        f"optimizer steps between evaluations (default {TrainConfig.eval_every}: at the end only)"))
+    save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
+        f"optimizer steps between checkpoints (default {TrainConfig.save_every}: at the end only)"))
     on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
-        default=None, description="report (default) or fail: what an example longer than max_seq_len does")
-    stop_on_divergence: bool = Field(default=False, description=(
+        default=None, description=f"{' or '.join(ON_TRUNCATION)} (default {DataSettings.on_truncation}): what "
+                                  "an example longer than max_seq_len does")
+    stop_on_divergence: bool | None = Field(default=None, description=(
         "fail the job with code `diverged` when training diverges without NaN (the mean train loss of "
         "the last 3 steps past 3x the first step's, or the eval loss past 1.25x its start); without it "
-        "the job succeeds with a `diverged` warning"))
+        "(the default) the job succeeds with a `diverged` warning"))
 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters
@@ -150,7 +180,7 @@ class JobObject(BaseModel):
     organization_id: str
     result_files: list[str]
     seed: int
-    status: Literal["validating_files", "queued", "running", "succeeded", "failed", "cancelled"]
+    status: JobStatus  # jobs start queued (files are validated at upload): OpenAI's validating_files never shows
     trained_tokens: int | None = None
     training_file: str
     validation_file: str | None = None

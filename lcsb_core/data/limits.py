@@ -42,7 +42,7 @@ class ValidationLimits:
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_lines", "max_line_bytes"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"ValidationLimits.{name} must be at least 1")
+                raise ConfigError(f"ValidationLimits.{name}", "must be at least 1")
         for name in ("min_examples", "max_errors", "max_listed"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"ValidationLimits.{name} must not be negative")
+                raise ConfigError(f"ValidationLimits.{name}", "must not be negative")

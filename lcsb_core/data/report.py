@@ -71,11 +71,6 @@ class ValidationReport:
         """True when the file can be trained on as it is (no invalid line, no file-level error)."""
         return self.invalid_examples == 0 and not self.file_errors
 
-    @property
-    def error_lines(self) -> list[int]:
-        """Line numbers of the listed errors."""
-        return [e.line for e in self.errors if e.line is not None]
-
     def summary(self, max_items: int = 5) -> str:
         """One paragraph for an error message or a log line: file errors, the first line errors, then
         examples dropped (no target token left after truncation) and truncated, with their lines."""

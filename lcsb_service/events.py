@@ -1,5 +1,6 @@
 """Job events and progress, written by the API (created, cancelled) and the worker (started, steps,
-evals, checkpoints, finished). Nothing here commits: the caller's transaction does.
+evals, checkpoints, finished), and read back as pages and as a stream. Nothing here commits: the
+caller's transaction does.
 
     add_event(session, job_id, "Step 10/100: training loss=1.234", type="metrics",
               data={"step": 10, "train_loss": 1.234, ...})
@@ -12,11 +13,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from lcsb_service.ids import new_id, utcnow
+from lcsb_service.ids import looks_like_id, new_id, utcnow
 from lcsb_service.models import Job, JobEvent
+from lcsb_service.pagination import keyset_page, missing_cursor
 
 LEVELS = ("info", "warn", "error")
 TYPES = ("message", "metrics")
@@ -63,3 +65,38 @@ def heartbeat(session: Session, job_id: str) -> None:
     now = utcnow()
     session.execute(update(Job).where(Job.id == job_id, Job.status == "running")
                     .values(heartbeat_at=now, updated_at=now))
+
+
+def event_seq(session: Session, job_id: str, event_id: str) -> int | None:
+    """The `seq` of the job's event `event_id` (a page cursor or an SSE `Last-Event-ID`), or None when
+    the job has no such event."""
+    if not looks_like_id(event_id):
+        return None
+    return session.scalar(select(JobEvent.seq).where(JobEvent.id == event_id, JobEvent.job_id == job_id))
+
+
+def list_events(session: Session, job_id: str, *, after: str | None = None,
+                limit: int = 20) -> tuple[list[JobEvent], bool]:
+    """The job's events, newest first, after the event `after`. Returns (events, has_more).
+
+    Raises:
+        InvalidRequest: `after` is not an event of this job (`invalid_cursor`).
+    """
+    cursor = None
+    if after:
+        seq = event_seq(session, job_id, after)
+        if seq is None:
+            raise missing_cursor(after)
+        cursor = (seq,)
+    return keyset_page(session, select(JobEvent).where(JobEvent.job_id == job_id), sort=(JobEvent.seq,),
+                       cursor=cursor, limit=limit)
+
+
+def events_since(session: Session, job_id: str, after_seq: int, limit: int) -> tuple[str | None, list[JobEvent]]:
+    """(the job's status, its next `limit` events after `after_seq`, oldest first). The status is read
+    first, so every event committed before it is in this or a later call (a stream may end once the
+    status is terminal and no event is left). The status is None for an unknown job."""
+    status = session.scalar(select(Job.status).where(Job.id == job_id))
+    rows = session.execute(select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after_seq)
+                           .order_by(JobEvent.seq).limit(limit)).scalars().all()
+    return status, list(rows)

@@ -13,16 +13,18 @@ import logging
 from pathlib import Path
 from typing import BinaryIO
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.validator import validate_file
-from lcsb_service.db import Database
-from lcsb_service.errors import InvalidRequest, PayloadTooLarge
+from lcsb_service.db import Database, after_commit
+from lcsb_service.errors import Conflict, InvalidRequest, NotFound, PayloadTooLarge
 from lcsb_service.ids import new_id, utcnow
-from lcsb_service.models import File
+from lcsb_service.models import File, Job
+from lcsb_service.pagination import cursor_row, keyset_page
 from lcsb_service.settings import Settings
+from lcsb_service.status import TERMINAL_STATUSES
 from lcsb_service.storage import Storage
 
 FINE_TUNE, RESULTS = "fine-tune", "fine-tune-results"
@@ -138,3 +140,42 @@ def sweep_orphan_uploads(db: Database, storage: Storage, stale_after_s: float) -
     if removed:
         log.info("removed %d upload objects left by an interrupted upload", len(removed))
     return removed
+
+
+def list_files(session: Session, owner_id: str, *, purpose: str | None = None, after: str | None = None,
+               limit: int = 20, descending: bool = True) -> tuple[list[File], bool]:
+    """The owner's files (of `purpose` when given), newest first unless not `descending`, after the file
+    `after`. Returns (files, has_more).
+
+    Raises:
+        InvalidRequest: `after` is not one of the owner's files (`invalid_cursor`).
+    """
+    stmt = select(File).where(File.owner_id == owner_id)
+    if purpose:
+        stmt = stmt.where(File.purpose == purpose)
+    cursor = None
+    if after:
+        anchor = cursor_row(session, File, after, owner_id=owner_id)
+        cursor = (anchor.created_at, anchor.id)
+    return keyset_page(session, stmt, sort=(File.created_at, File.id), cursor=cursor, limit=limit,
+                       descending=descending)
+
+
+def remove_file(session: Session, storage: Storage, file_id: str) -> None:
+    """Delete the file's row; its stored object goes after the commit.
+
+    Raises:
+        Conflict: a queued or running job uses the file (`file_in_use`).
+        NotFound: the row is gone (a concurrent delete got there first; `file_not_found`).
+    """
+    in_use = session.scalar(select(exists().where(
+        (Job.training_file == file_id) | (Job.validation_file == file_id), Job.status.not_in(TERMINAL_STATUSES))))
+    if in_use:
+        raise Conflict(f"file {file_id} is used by a job that has not finished", code="file_in_use",
+                       param="file_id")
+    row = session.get(File, file_id)
+    if row is None:
+        raise NotFound(f"no such file: {file_id}", code="file_not_found", param="file_id")
+    session.delete(row)
+    key = row.storage_key
+    after_commit(session, lambda: storage.delete(key))

@@ -4,14 +4,16 @@
 body it is refused (409).
 
     job, created = create_job(session, settings, enqueuer, owner_id=..., request=body, idempotency_key=k)
+    jobs, has_more = list_jobs(session, owner_id, metadata=[("team", "a")], after=None, limit=20)
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,6 +27,7 @@ from lcsb_service.files import FINE_TUNE
 from lcsb_service.ids import looks_like_id, new_id, utcnow
 from lcsb_service.jobspec import build_spec, request_hash
 from lcsb_service.models import File, Job
+from lcsb_service.pagination import cursor_row, keyset_page
 from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
 
@@ -124,3 +127,29 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
               f"{est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)", data={"memory_estimate": est})
     enqueue_after_commit(session, enqueuer, job_id, spec.queue)
     return job, True
+
+
+def list_jobs(session: Session, owner_id: str, *, metadata: Iterable[tuple[str, str]] = (),
+              without_metadata: bool = False, after: str | None = None, limit: int = 20) -> tuple[list[Job], bool]:
+    """The owner's jobs, newest first, after the job `after`: those whose metadata holds every
+    (key, value) pair of `metadata`, or (`without_metadata`) those without metadata.
+    Returns (jobs, has_more).
+
+    Raises:
+        InvalidRequest: `after` is not one of the owner's jobs (`invalid_cursor`).
+    """
+    stmt = select(Job).where(Job.owner_id == owner_id)
+    if without_metadata:
+        stmt = stmt.where(Job.metadata_.is_(None))
+    for key, value in metadata:
+        stmt = stmt.where(Job.metadata_[key].as_string() == value)
+    cursor = None
+    if after:
+        anchor = cursor_row(session, Job, after, owner_id=owner_id)
+        cursor = (anchor.created_at, anchor.id)
+    return keyset_page(session, stmt, sort=(Job.created_at, Job.id), cursor=cursor, limit=limit)
+
+
+def count_by_status(session: Session) -> dict[str, int]:
+    """How many jobs are in each status (statuses without a job are left out)."""
+    return {status: n for status, n in session.execute(select(Job.status, func.count()).group_by(Job.status))}

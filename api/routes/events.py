@@ -14,16 +14,15 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from sqlalchemy import select
 
 from api.deps import DatabaseDep, JobDep, SessionDep, SettingsDep
-from api.pagination import AfterQuery, LimitQuery, keyset_page, missing_cursor, page
+from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.events import EventObject
+from lcsb_service import events
 from lcsb_service.db import Database
 from lcsb_service.errors import InvalidRequest
-from lcsb_service.ids import looks_like_id
-from lcsb_service.models import Job, JobEvent
+from lcsb_service.models import JobEvent
 from lcsb_service.status import TERMINAL_STATUSES
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs/{fine_tuning_job_id}", tags=["fine-tuning"])
@@ -33,15 +32,7 @@ BATCH = 200
 @router.get("/events", response_model=Page[EventObject], responses=errors(400, 401, 404))
 def list_events(job: JobDep, session: SessionDep, limit: LimitQuery = 20, after: AfterQuery = None) -> dict:
     """The job's events, newest first; `after` is the id of the last event of the previous page."""
-    cursor = None
-    if after:
-        seq = session.scalar(select(JobEvent.seq).where(JobEvent.id == after, JobEvent.job_id == job.id)) \
-            if looks_like_id(after) else None
-        if seq is None:
-            raise missing_cursor(after)
-        cursor = (seq,)
-    rows, more = keyset_page(session, select(JobEvent).where(JobEvent.job_id == job.id), sort=(JobEvent.seq,),
-                             cursor=cursor, limit=limit)
+    rows, more = events.list_events(session, job.id, after=after, limit=limit)
     return page([EventObject.of(r) for r in rows], more)
 
 
@@ -53,10 +44,8 @@ def resume_point(job: JobDep, db: DatabaseDep,
     event_id = last_event_id or after
     if not event_id:
         return 0
-    seq = None
-    if looks_like_id(event_id):
-        with db.read_session() as session:
-            seq = session.scalar(select(JobEvent.seq).where(JobEvent.id == event_id, JobEvent.job_id == job.id))
+    with db.read_session() as session:
+        seq = events.event_seq(session, job.id, event_id)
     if seq is None:
         raise InvalidRequest(f"Last-Event-ID: no event {event_id!r} in job {job.id}", code="invalid_last_event_id",
                              param="Last-Event-ID")
@@ -64,11 +53,8 @@ def resume_point(job: JobDep, db: DatabaseDep,
 
 
 def _poll(db: Database, job_id: str, after_seq: int) -> tuple[str | None, list[JobEvent]]:
-    with db.read_session() as s:  # status first: every event committed before it is then visible
-        status = s.scalar(select(Job.status).where(Job.id == job_id))
-        rows = s.execute(select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.seq > after_seq)
-                         .order_by(JobEvent.seq).limit(BATCH)).scalars().all()
-        return status, list(rows)
+    with db.read_session() as s:
+        return events.events_since(s, job_id, after_seq, BATCH)
 
 
 @router.get("/events/stream", response_class=EventSourceResponse, responses=errors(400, 401, 404))

@@ -8,17 +8,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Form, Query, UploadFile
 from fastapi import File as FileParam
 from fastapi.responses import StreamingResponse
-from sqlalchemy import exists, select
 
 from api.deps import FileDep, MetricsDep, OwnerDep, SessionDep, SettingsDep, StorageDep
-from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
+from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.files import FileDeleted, FileObject
-from lcsb_service.db import after_commit
-from lcsb_service.errors import Conflict, InvalidRequest, NotFound
-from lcsb_service.files import store_upload
-from lcsb_service.models import File, Job
-from lcsb_service.status import TERMINAL_STATUSES
+from lcsb_service import files as file_service
+from lcsb_service.errors import InvalidRequest
+from lcsb_service.files import remove_file, store_upload
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
@@ -49,15 +46,8 @@ def list_files(session: SessionDep, owner: OwnerDep, limit: LimitQuery = 20, aft
                order: Literal["asc", "desc"] = "desc",
                purpose: Annotated[str | None, Query(max_length=64)] = None) -> dict:
     """The caller's files, newest first by default."""
-    stmt = select(File).where(File.owner_id == owner.id)
-    if purpose:
-        stmt = stmt.where(File.purpose == purpose)
-    cursor = None
-    if after:
-        anchor = cursor_row(session, File, after, owner_id=owner.id)
-        cursor = (anchor.created_at, anchor.id)
-    rows, more = keyset_page(session, stmt, sort=(File.created_at, File.id), cursor=cursor, limit=limit,
-                             descending=order == "desc")
+    rows, more = file_service.list_files(session, owner.id, purpose=purpose, after=after, limit=limit,
+                                         descending=order == "desc")
     return page([FileObject.of(r) for r in rows], more)
 
 
@@ -77,15 +67,5 @@ def file_content(file: FileDep, storage: StorageDep) -> StreamingResponse:
 @router.delete("/{file_id}", response_model=FileDeleted, responses=errors(401, 404, 409))
 def delete_file(file: FileDep, session: SessionDep, storage: StorageDep) -> FileDeleted:
     """Delete a file; refused (409) while a queued or running job uses it."""
-    in_use = session.scalar(select(exists().where(
-        (Job.training_file == file.id) | (Job.validation_file == file.id), Job.status.not_in(TERMINAL_STATUSES))))
-    if in_use:
-        raise Conflict(f"file {file.id} is used by a job that has not finished", code="file_in_use",
-                       param="file_id")
-    row = session.get(File, file.id)
-    if row is None:  # deleted by a concurrent request since the lookup
-        raise NotFound(f"no such file: {file.id}", code="file_not_found", param="file_id")
-    session.delete(row)
-    key = file.storage_key
-    after_commit(session, lambda: storage.delete(key))
+    remove_file(session, storage, file.id)
     return FileDeleted(id=file.id, deleted=True)

@@ -7,17 +7,16 @@ import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
-from sqlalchemy import select
 
 from api.deps import EnqueuerDep, JobDep, MetricsDep, OwnerDep, SessionDep, SettingsDep
-from api.pagination import AfterQuery, LimitQuery, cursor_row, keyset_page, page
+from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.jobs import JobCreate, JobObject
+from lcsb_service import jobs as job_service
 from lcsb_service import transitions
 from lcsb_service.db import after_commit
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.jobs import create_job
-from lcsb_service.models import Job
 
 router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["fine-tuning"])
 _METADATA_PARAM = re.compile(r"^metadata\[(.{1,64})\]$")
@@ -45,22 +44,20 @@ def list_jobs(request: Request, session: SessionDep, owner: OwnerDep, limit: Lim
               after: AfterQuery = None) -> dict:
     """The caller's jobs, newest first. Filter by metadata with `metadata[key]=value` (all must match),
     or `metadata=null` for jobs without metadata."""
-    stmt = select(Job).where(Job.owner_id == owner.id)
+    metadata: list[tuple[str, str]] = []
+    without_metadata = False
     for name, value in request.query_params.multi_items():
         if name == "metadata" and value == "null":
-            stmt = stmt.where(Job.metadata_.is_(None))
+            without_metadata = True
         elif name.startswith("metadata"):
             match = _METADATA_PARAM.match(name)
             if match is None:
                 raise InvalidRequest(f"{name}: filter metadata as metadata[<key>]=<value>", param=name)
             if "\x00" in name or "\x00" in value:
                 raise InvalidRequest(f"{name}: NUL characters are not allowed", param=name)
-            stmt = stmt.where(Job.metadata_[match.group(1)].as_string() == value)
-    cursor = None
-    if after:
-        anchor = cursor_row(session, Job, after, owner_id=owner.id)
-        cursor = (anchor.created_at, anchor.id)
-    rows, more = keyset_page(session, stmt, sort=(Job.created_at, Job.id), cursor=cursor, limit=limit)
+            metadata.append((match.group(1), value))
+    rows, more = job_service.list_jobs(session, owner.id, metadata=metadata, without_metadata=without_metadata,
+                                       after=after, limit=limit)
     return page([JobObject.of(j) for j in rows], more)
 
 

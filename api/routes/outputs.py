@@ -3,24 +3,19 @@ run's artifacts (final adapter .tar.gz, selection history, metrics CSV/JSONL, su
 
 from __future__ import annotations
 
-import re
 from pathlib import PurePosixPath
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 
 from api.deps import JobDep, SessionDep, StorageDep
-from api.pagination import AfterQuery, LimitQuery, keyset_page, missing_cursor, page
+from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.events import ArtifactList, ArtifactObject, CheckpointObject
-from lcsb_service.errors import NotFound
-from lcsb_service.ids import looks_like_id
-from lcsb_service.models import Artifact, Checkpoint
+from lcsb_service import outputs
 from lcsb_service.storage import Storage
 
-_ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 router = APIRouter(prefix="/v1/fine_tuning/jobs/{fine_tuning_job_id}", tags=["fine-tuning"])
 
 
@@ -33,15 +28,7 @@ def _download(storage: Storage, key: str, size: int, media_type: str, filename: 
 @router.get("/checkpoints", response_model=Page[CheckpointObject], responses=errors(400, 401, 404))
 def list_checkpoints(job: JobDep, session: SessionDep, limit: LimitQuery = 10, after: AfterQuery = None) -> dict:
     """The job's checkpoints, latest step first."""
-    cursor = None
-    if after:
-        anchor = session.execute(select(Checkpoint).where(Checkpoint.id == after, Checkpoint.job_id == job.id)
-                                 ).scalar_one_or_none() if looks_like_id(after) else None
-        if anchor is None:
-            raise missing_cursor(after)
-        cursor = (anchor.step_number,)
-    rows, more = keyset_page(session, select(Checkpoint).where(Checkpoint.job_id == job.id),
-                             sort=(Checkpoint.step_number,), cursor=cursor, limit=limit)
+    rows, more = outputs.list_checkpoints(session, job.id, after=after, limit=limit)
     return page([CheckpointObject.of(r) for r in rows], more)
 
 
@@ -50,11 +37,7 @@ def list_checkpoints(job: JobDep, session: SessionDep, limit: LimitQuery = 10, a
 def checkpoint_adapter(job: JobDep, checkpoint_id: Annotated[str, Path(max_length=64)], session: SessionDep,
                        storage: StorageDep) -> StreamingResponse:
     """The checkpoint's PEFT adapter (adapter_config.json + adapter_model.safetensors) as a .tar.gz."""
-    row = session.execute(select(Checkpoint).where(Checkpoint.id == checkpoint_id, Checkpoint.job_id == job.id)
-                          ).scalar_one_or_none() if looks_like_id(checkpoint_id) else None
-    if row is None:
-        raise NotFound(f"no checkpoint {checkpoint_id} in job {job.id}", code="checkpoint_not_found",
-                       param="checkpoint_id")
+    row = outputs.find_checkpoint(session, job.id, checkpoint_id)
     return _download(storage, row.storage_key, row.bytes, "application/gzip",
                      f"{job.id}-step-{row.step_number}-adapter.tar.gz")
 
@@ -62,8 +45,7 @@ def checkpoint_adapter(job: JobDep, checkpoint_id: Annotated[str, Path(max_lengt
 @router.get("/artifacts", response_model=ArtifactList, responses=errors(401, 404))
 def list_artifacts(job: JobDep, session: SessionDep) -> ArtifactList:
     """The run's downloadable outputs (empty until the job succeeded)."""
-    rows = session.execute(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.name)).scalars()
-    return ArtifactList(data=[ArtifactObject.of(r) for r in rows])
+    return ArtifactList(data=[ArtifactObject.of(r) for r in outputs.list_artifacts(session, job.id)])
 
 
 @router.get("/artifacts/{name:path}", response_class=StreamingResponse, responses=errors(401, 404))
@@ -71,10 +53,6 @@ def download_artifact(job: JobDep, name: Annotated[str, Path(max_length=255)], s
                       storage: StorageDep) -> StreamingResponse:
     """One artifact by name: `adapter.tar.gz` (the final PEFT adapter), `selection_history.jsonl`,
     `metrics.csv`, `metrics.jsonl`, `summary.json`, `config.json`, `plots/<name>.png`."""
-    row = session.execute(select(Artifact).where(Artifact.job_id == job.id, Artifact.name == name)
-                          ).scalar_one_or_none() if _ARTIFACT_NAME.fullmatch(name) else None
-    if row is None:
-        raise NotFound(f"no artifact {name!r} in job {job.id} (GET .../artifacts lists them)",
-                       code="artifact_not_found", param="name")
+    row = outputs.find_artifact(session, job.id, name)
     return _download(storage, row.storage_key, row.bytes, row.content_type,
                      f"{job.id}-{PurePosixPath(name).name}")

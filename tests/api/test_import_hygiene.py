@@ -3,6 +3,7 @@ peft or bitsandbytes; and service modules stay small."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ def test_app_imports_no_torch(tmp_path):
     code = (
         "import sys\n"
         "from api.main import create_app\n"
-        "from lcsb_service import artifacts, catalog, events, files, jobs, jobspec, keys, transitions\n"
+        "from lcsb_service import artifacts, catalog, events, files, jobs, jobspec, keys, outputs, pagination\n"
+        "from lcsb_service import status, transitions\n"
         "create_app()\n"
         f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
         "print('HEAVY', loaded)\n"
@@ -33,3 +35,41 @@ def test_modules_are_small():
         for path in (ROOT / package).rglob("*.py"):
             lines = len(path.read_text().splitlines())
             assert lines < 300, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+
+QUERY_BUILDERS = {"select", "exists", "insert", "update", "delete", "text"}   # sqlalchemy's, called by name
+QUERY_RUNNERS = {"execute", "scalar", "scalars", "query"}                  # Session methods
+
+
+def sql_in(source: str) -> list[str]:
+    """Where `source` imports SQLAlchemy, builds a statement or runs one ("line: what")."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "sqlalchemy"]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in QUERY_BUILDERS:
+                found.append(f"{node.lineno}: calls {func.id}()")
+            elif isinstance(func, ast.Attribute) and func.attr in QUERY_RUNNERS:
+                found.append(f"{node.lineno}: calls .{func.attr}()")
+    return found
+
+
+def test_routes_hold_no_sql():
+    """Routes -> lcsb_service functions -> queries: no module under api/routes imports SQLAlchemy,
+    builds a statement or runs one (docs/ARCHITECTURE.md, "Packages and who imports whom")."""
+    found = {str(p.relative_to(ROOT)): sql_in(p.read_text()) for p in sorted((ROOT / "api" / "routes").rglob("*.py"))}
+    assert len(found) >= 7 and {path: where for path, where in found.items() if where} == {}
+
+
+def test_the_sql_rule_sees_queries():
+    source = ("from sqlalchemy import select\n\n"
+              "def route(session, job_id):\n"
+              "    row = session.execute(select(Job).where(Job.id == job_id)).scalar_one()\n"
+              "    return session.scalar(exists().where(Job.id == row.id))\n")
+    assert sorted(sql_in(source)) == ["1: imports sqlalchemy", "4: calls .execute()", "4: calls select()",
+                              "5: calls .scalar()", "5: calls exists()"]
+    assert sql_in("@router.delete('/x')\ndef f(storage):\n    storage.delete('k')\n") == []

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from lcsb_service import transitions
 from lcsb_service.events import add_event, record_progress
+from lcsb_service.ids import utcnow
 from tests.api.conftest import (LiveServer, Tenant, app, client, migrate, model_dir, new_tenant,  # noqa: F401
                                 settings, start_api)
 
@@ -185,23 +187,35 @@ def cyclic_layers(step: int, k: int = 8) -> list[int]:
 
 
 def write_training(app, job_id: str, steps: range, total: int, *, eval_every: int = 0, start: bool = True,
-                   loss0: float = 2.5) -> None:
+                   end: bool = False, loss0: float = 2.5, step_s: float | None = None) -> None:
     """Record what a worker's reporter records for `steps` of a running job: the start event, metrics
-    events (train loss, selected layers, peak memory), eval events every `eval_every` steps, progress."""
+    events (train loss, selected layers, peak memory), eval events every `eval_every` steps, progress,
+    and with `end` the "Training finished" event. With `step_s`, each event is dated as if a step took
+    that long from the start (the events are written at once; the time charts read their dates)."""
+    started = utcnow()
+
+    def dated(event, step: int) -> None:
+        if step_s is not None:
+            event.created_at = started + timedelta(seconds=step * step_s)
+
     with app.state.db.session() as s:
         if start:
             add_event(s, job_id, f"Training started: {total} steps, cyclic k=8 of {LAYERS} layers",
                       data={"total_steps": total, "num_layers": LAYERS, "k": 8, "schedule": "cyclic"})
         for step in steps:
             loss = loss0 / (1 + 0.2 * step)
-            add_event(s, job_id, f"Step {step}/{total}: training loss={loss:.4f}", type="metrics",
-                      data={"step": step, "total_steps": total, "train_loss": loss, "step_time_s": 0.5,
-                            "peak_memory_mib": 900.0 + step, "selected_layers": cyclic_layers(step)})
+            dated(add_event(s, job_id, f"Step {step}/{total}: training loss={loss:.4f}", type="metrics",
+                            data={"step": step, "total_steps": total, "train_loss": loss, "step_time_s": 0.5,
+                                  "peak_memory_mib": 900.0 + step, "selected_layers": cyclic_layers(step)}), step)
             if eval_every and step % eval_every == 0:
-                add_event(s, job_id, f"Step {step}/{total}: validation loss={loss + 0.3:.4f}", type="metrics",
-                          data={"step": step, "valid_loss": loss + 0.3, "valid_mean_token_accuracy": 0.5})
+                dated(add_event(s, job_id, f"Step {step}/{total}: validation loss={loss + 0.3:.4f}", type="metrics",
+                                data={"step": step, "valid_loss": loss + 0.3, "valid_mean_token_accuracy": 0.5}), step)
         record_progress(s, job_id, steps_completed=steps[-1], total_steps=total, trained_tokens=100 * steps[-1],
                         peak_memory_mib=900.0 + steps[-1], elapsed_s=0.5 * steps[-1])
+        if end:
+            seconds = steps[-1] * (step_s or 0.5)
+            dated(add_event(s, job_id, f"Training finished: {steps[-1]} steps in {seconds:.0f} s, peak memory "
+                            f"{900 + steps[-1]} MiB", data={"steps": steps[-1], "train_seconds": seconds}), steps[-1])
 
 
 def claim(app, job_id: str) -> None:

@@ -25,10 +25,13 @@
         if (this.timer) return;
         this.timer = setTimeout(() => {
           this.timer = null;
-          plot.setData(align(pending));
+          this.now(pending);
         }, 200);
       },
-      now(points) { plot.setData(align(points)); },
+      now(points) {
+        plot.setData(align(points));
+        container.dataset.points = points.map((p) => p.length).join(",");  // per series, for tests
+      },
     };
   }
 

@@ -126,3 +126,15 @@ def test_entry_point_has_every_command_and_loads_no_torch(tmp_path):
                             env=env, capture_output=True, text=True)
     assert no_key.returncode == 2 and no_key.stdout == ""
     assert no_key.stderr == "error (missing_api_key): no API key: pass --api-key or set LCSB_API_KEY\n"
+
+
+def test_the_core_commands_are_the_ones_the_client_names():
+    """With the core installed (this environment), `lcsb` offers exactly the core's commands that
+    `lcsb_client.main.CORE_COMMANDS` stands in for when it is not."""
+    from lcsb_client.main import CORE_COMMANDS, app, core_installed
+    from lcsb_core.cli import app as core_app
+
+    assert core_installed()
+    core = {c.name or c.callback.__name__.replace("_", "-") for c in core_app.registered_commands}
+    assert core == set(CORE_COMMANDS) == {"train", "import-gguf", "estimate-memory", "gsm8k-to-chat"}
+    assert {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands} == core

@@ -33,6 +33,8 @@ echo "service: $LCSB_BASE_URL (API log runs/service/api.log, worker log runs/ser
 start=$(date +%s)
 job=$(.venv/bin/lcsb jobs submit examples/gsm8k_job.yaml --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")
 echo "job: $job"
+(umask 077; printf "%s\n" "$LCSB_API_KEY" > runs/service/api_key)
+echo "dashboard: http://127.0.0.1:$PORT/ui/jobs/$job while this runs (sign in with the key in runs/service/api_key)"
 .venv/bin/lcsb jobs follow "$job"
 .venv/bin/lcsb jobs download "$job" --out runs/main-job --what adapter,selection_history,metrics,plots,summary
 .venv/bin/python - "$job" "$start" <<'PY'

@@ -125,7 +125,7 @@ def all_events(client, tenant, job_id: str) -> list[dict]:
 def test_job_page_follows_the_event_stream_and_downloads_the_adapter(ui, alice, client, app, tmp_path, download_dir):
     job = job_ok(client, alice, method={"lcsb": {"schedule": "cyclic", "k": 8}})
     claim(app, job["id"])
-    write_training(app, job["id"], range(1, 7), total=12, eval_every=3)
+    write_training(app, job["id"], range(1, 7), total=12, eval_every=3, step_s=1.0)
     ui.sign_in(alice, f"/ui/jobs/{job['id']}")
     heatmap = ui.find("#heatmap")
     ui.wait(lambda d: heatmap.get_attribute("data-steps") == "6")
@@ -133,7 +133,7 @@ def test_job_page_follows_the_event_stream_and_downloads_the_adapter(ui, alice, 
     ui.wait_text("#job-progress-text", "ETA")
     assert ui.text("#job-progress-text").startswith("6/12 steps (50%) · ETA ")
     time.sleep(2.5)  # past the server's stream limit (2 s): the page must reconnect with Last-Event-ID
-    write_training(app, job["id"], range(7, 13), total=12, eval_every=3, start=False)
+    write_training(app, job["id"], range(7, 13), total=12, eval_every=3, start=False, end=True, step_s=1.0)
     run = fake_run(tmp_path, steps=(6, 12))
     with app.state.db.session() as s:
         publish_checkpoint(s, app.state.storage, job_id=job["id"], step=6, fine_tuned_model="ft:ui-test:ckpt-6",

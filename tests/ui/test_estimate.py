@@ -35,3 +35,30 @@ def test_estimate_errors_name_the_field_like_create(client, alice, bob):
                  param="training_file")  # another owner's file
     assert_error(estimate(client, alice, model="Giant-70B", training_file=file_id), 422, code="insufficient_memory")
     assert_error(client.post("/v1/fine_tuning/jobs/estimate", json={"model": SMOL, "training_file": file_id}), 401)
+
+
+def test_generated_estimate_bodies_get_no_server_error(app, alice, client):
+    """schemathesis over the estimate operation alone (the suite's fuzz test runs every operation),
+    with the caller's real file id swapped in half the time so bodies reach the trainer's checks."""
+    import schemathesis
+    from hypothesis import HealthCheck, given
+    from hypothesis import settings as hypothesis_settings
+    from schemathesis.checks import not_a_server_error
+
+    file_id = upload_ok(client, alice)["id"]
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    operation = next(r.ok() for r in schema.get_all_operations()
+                     if r.ok().label == "POST /v1/fine_tuning/jobs/estimate")
+    statuses = []
+
+    @given(case=operation.as_strategy())
+    @hypothesis_settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                         suppress_health_check=list(HealthCheck))
+    def run(case) -> None:
+        if isinstance(case.body, dict) and len(statuses) % 2:
+            case.body = {**case.body, "model": SMOL, "training_file": file_id}
+        response = case.call_and_validate(headers=alice.headers, checks=[not_a_server_error])
+        statuses.append(response.status_code)
+
+    run()
+    assert set(statuses) <= {200, 400, 422} and {200, 400} <= set(statuses)

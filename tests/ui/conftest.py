@@ -123,6 +123,20 @@ class UI:
         self.wait(lambda d: any(contains in e.text for e in d.find_elements(By.CSS_SELECTOR, css)), timeout)
         return self.text(css)
 
+    def pairs(self, css: str) -> dict[str, str]:
+        """{th text: td text} of the rows under `css`, read in one go (pages re-render their tables)."""
+        return self.js("""const out = {};
+            for (const tr of document.querySelectorAll(arguments[0])) {
+              const th = tr.querySelector('th'), td = tr.querySelector('td');
+              if (th && td) out[th.textContent.trim()] = td.textContent;
+            }
+            return out;""", css)
+
+    def rows(self, css: str) -> list[list[str]]:
+        """The td texts of each row under `css`, read in one go."""
+        return self.js("return Array.from(document.querySelectorAll(arguments[0]), "
+                       "tr => Array.from(tr.querySelectorAll('td'), td => td.textContent))", css)
+
     def js(self, script: str, *args):
         return self.driver.execute_script(script, *args)
 

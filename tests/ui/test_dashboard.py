@@ -9,6 +9,7 @@ training is written with the service's own functions (`lcsb_service.events`, `tr
 
 from __future__ import annotations
 
+import json
 import tarfile
 import time
 
@@ -67,18 +68,17 @@ def test_upload_shows_progress_and_the_validation_report_with_line_numbers(ui, a
     assert ui.text("#upload-status").startswith("Uploaded file-")
     assert ui.find("#upload-progress").get_attribute("value") == "100"
     assert ui.text("#report-status") == "Valid: ready for training."
-    counts = {row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-              for row in ui.find_all("#report-counts tr")}
+    counts = ui.pairs("#report-counts tr")
     assert counts["valid examples"] == "12" and counts["invalid examples"] == "0" and counts["format"] == "chat"
     upload_in_page(ui, bad)
     assert ui.text("#upload-status").startswith("Uploaded, but rejected: file-")
     assert ui.text("#report-status").startswith("Rejected:")
-    rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in ui.find_all("#report-errors tbody tr")]
+    rows = ui.rows("#report-errors tbody tr")
     assert rows[0][0] == "3" and rows[0][2].startswith("not valid JSON")
     assert rows[1][:2] == ["4", "messages[0].role"] and "unknown role 'robot'" in rows[1][2]
     assert "at least 10 are needed" in ui.text(".file-error")
     ui.wait(lambda d: len(ui.find_all("#files-table tbody tr")) == 2)
-    table = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in ui.find_all("#files-table tbody tr")]
+    table = ui.rows("#files-table tbody tr")
     assert [(r[0], r[3], r[4], r[5]) for r in table] == [("broken.jsonl", "2", "chat", "error"),
                                                          ("train.jsonl", "12", "chat", "processed")]
     ui.find("#files-table tbody tr:last-child a.file-name").click()  # an earlier file's report
@@ -135,6 +135,11 @@ def test_job_page_follows_the_event_stream_and_downloads_the_adapter(ui, alice, 
     time.sleep(2.5)  # past the server's stream limit (2 s): the page must reconnect with Last-Event-ID
     write_training(app, job["id"], range(7, 13), total=12, eval_every=3, start=False, end=True, step_s=1.0)
     run = fake_run(tmp_path, steps=(6, 12))
+    history = [{"step": i, "selected": cyclic_layers(i + 1), "update_norm": [0.0] * LAYERS,
+                "grad_norm": [(1.0 if i == 3 else 0.25) if layer in cyclic_layers(i + 1) else None
+                              for layer in range(LAYERS)]} for i in range(12)]
+    (run / "selection_history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history))
+    (run / "config.json").write_text(json.dumps({"lora": {"rank": 16}, "output_dir": str(run)}))
     with app.state.db.session() as s:
         publish_checkpoint(s, app.state.storage, job_id=job["id"], step=6, fine_tuned_model="ft:ui-test:ckpt-6",
                            folder=run / "checkpoints" / "step-000006", metrics={"step": 6})
@@ -144,23 +149,27 @@ def test_job_page_follows_the_event_stream_and_downloads_the_adapter(ui, alice, 
     ui.wait(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-stream-done") == "true", 20)
     ui.wait(lambda d: heatmap.get_attribute("data-steps") == "12")
     assert heatmap.get_attribute("data-filled") == str(sum(len(cyclic_layers(s)) for s in range(1, 13)))
-    assert ui.text("#heatmap-caption") == f"12 steps, {LAYERS} layers."
+    assert ui.text("#heatmap-caption").startswith(f"12 steps, {LAYERS} layers.")
     ui.wait(lambda d: ui.find("#chart-step").get_attribute("data-points") == "12,4")
     assert ui.find("#chart-time").get_attribute("data-points") == "12,4"
     assert ui.painted_pixels("#heatmap") > 1000 and ui.painted_pixels("#chart-step canvas") > 500
-    blue = ui.js("""const c = document.getElementById('heatmap'), ctx = c.getContext('2d');
+    ui.wait(lambda d: heatmap.get_attribute("data-shaded") == "12")  # from selection_history.jsonl
+    assert "Shaded by each trained layer's LoRA gradient norm" in ui.text("#heatmap-caption")
+    cells = ui.js("""const c = document.getElementById('heatmap'), ctx = c.getContext('2d');
         const probe = (x, y) => Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3));
-        // step 1 trains layers 0-7 (bottom rows), step 4 layers 24-29 (top rows)
+        // step 1 trains layers 0-7 (bottom rows, norm 0.25), step 4 layers 24-29 (top rows, norm 1.0, the max)
         const cw = (c.width - 34) / 12, ch = (c.height - 18) / 30;
-        return [probe(34 + cw / 2, (29.5) * ch), probe(34 + cw / 2, 0.5 * ch), probe(34 + 3.5 * cw, 0.5 * ch)];""")
-    assert blue[0] == [59, 111, 212] and blue[1] != [59, 111, 212] and blue[2] == [59, 111, 212]
+        return [probe(34 + cw / 2, 29.5 * ch), probe(34 + cw / 2, 0.5 * ch), probe(34 + 3.5 * cw, 0.5 * ch)];""")
+    assert cells[2] == [59, 111, 212]  # the largest gradient norm: full colour
+    assert cells[1] == [244, 244, 246]  # layer 29 did not train at step 1: background
+    assert 59 < cells[0][0] < 244 and cells[0][2] > 212 - 5  # a quarter of the largest: a lighter blue
+    assert '"rank": 16' in ui.text("#config") and str(tmp_path) not in ui.text("#config")  # no worker path
     events = [e.text for e in ui.find_all("#events .message")]
     api_events = [e["message"] for e in all_events(client, alice, job["id"])]
     assert events == api_events  # newest first, each once across the reconnects
     ui.wait_text("#job-status", "succeeded")
     assert ui.text("#job-progress-text").startswith("12/12 steps (100%) · finished ")
-    memory = {row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-              for row in ui.find_all("#memory-table tr")}
+    memory = ui.pairs("#memory-table tr")
     assert memory["measured peak (MiB)"] == "912.0"
     assert float(memory["estimated peak (MiB)"]) == round(job["memory_estimate"]["total_mib"], 1)
     assert '"n_epochs"' in ui.text("#hyperparameters") and '"layers_per_step": 8' in ui.text("#method")
@@ -277,9 +286,7 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     ui.find("#f-lr").send_keys("0.0002")
     ui.find("#f-steps").send_keys("6")
     ui.wait(lambda d: ui.text("#estimate-text").startswith("Estimated peak"))
-    layers = [row.find_element(By.TAG_NAME, "td").text for row in ui.find_all("#estimate-table tr")
-              if row.find_element(By.TAG_NAME, "th").text == "layers per step"]
-    assert layers == ["4"]
+    assert ui.pairs("#estimate-table tr")["layers per step"] == "4"
     ui.screenshot("new-job")
     ui.find("#submit-job").click()
     ui.wait(lambda d: "/ui/jobs/ftjob-" in d.current_url)

@@ -51,7 +51,7 @@
      by step (x, from 1 as the events count); cells shrink to fit the planned step count. */
   function heatmap(canvas, caption) {
     const ctx = canvas.getContext("2d");
-    const state = { layers: 0, steps: 0, columns: new Map(), filled: 0 };
+    const state = { layers: 0, steps: 0, columns: new Map(), filled: 0, norms: null, maxNorm: 0 };
     const PAD_LEFT = 34, PAD_BOTTOM = 18;
 
     function draw() {
@@ -62,10 +62,13 @@
       const layers = Math.max(state.layers, 1);
       const maxStep = Math.max(state.steps, ...state.columns.keys(), 1);
       const cw = (W - PAD_LEFT) / maxStep, ch = (H - PAD_BOTTOM) / layers;
-      ctx.fillStyle = "#3b6fd4";
       for (const [step, selected] of state.columns) {
+        const norms = state.norms && state.norms.get(step);
         for (const layer of selected) {
           const y = (layers - 1 - layer) * ch;
+          const g = norms ? norms[layer] : null;  // shade by gradient norm once the history is read
+          ctx.fillStyle = typeof g === "number" && state.maxNorm > 0
+            ? `rgba(59, 111, 212, ${(0.15 + 0.85 * g / state.maxNorm).toFixed(3)})` : "#3b6fd4";
           ctx.fillRect(PAD_LEFT + (step - 1) * cw, y, Math.max(cw - (cw > 3 ? 1 : 0), 1), Math.max(ch - 1, 1));
         }
       }
@@ -78,7 +81,11 @@
       ctx.fillText(String(maxStep), W - 30, H - 4);
       canvas.dataset.filled = String(state.filled);
       canvas.dataset.steps = String(state.columns.size);
-      if (caption) caption.textContent = `${state.columns.size} steps, ${state.layers} layers.`;
+      if (caption) {
+        caption.textContent = `${state.columns.size} steps, ${state.layers} layers.` + (state.norms
+          ? ` Shaded by each trained layer's LoRA gradient norm (selection_history.jsonl; darkest ${state.maxNorm.toPrecision(3)}).` : "");
+      }
+      if (state.norms) canvas.dataset.shaded = String(state.norms.size);
     }
 
     let timer = null;
@@ -95,6 +102,17 @@
         state.filled += selected.length;
         state.layers = Math.max(state.layers, ...selected.map((l) => l + 1));
         later();
+      },
+      /* rows of selection_history.jsonl ({step from 0, selected, grad_norm per layer}). */
+      shade(rows) {
+        state.norms = new Map();
+        for (const row of rows) {
+          const step = row.step + 1;  // the history counts from 0, the events from 1
+          if (!state.columns.has(step)) { state.columns.set(step, row.selected); state.filled += row.selected.length; }
+          state.norms.set(step, row.grad_norm || []);
+          for (const g of row.grad_norm || []) if (typeof g === "number") state.maxNorm = Math.max(state.maxNorm, g);
+        }
+        draw();
       },
       draw: draw,
     };

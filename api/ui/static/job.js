@@ -63,10 +63,36 @@
     charts.time.update([trainT, evalT]);
   }
 
+  const HISTORY_MAX_BYTES = 32 << 20;  // shade the heatmap from the history up to this size
+
+  /* After the run: the resolved config and the per-layer gradient norms (selection history). */
+  async function loadRunFiles(artifacts) {
+    const byName = new Map(artifacts.map((a) => [a.name, a]));
+    const config = byName.get("config.json");
+    if (config && !document.getElementById("config").dataset.loaded) {
+      const r = await fetch(config.download_url, { headers: { Authorization: "Bearer " + LCSB.key() } });
+      if (r.ok) {
+        setText("config", JSON.stringify(await r.json(), null, 2));
+        document.getElementById("config").dataset.loaded = "true";
+        document.getElementById("config").classList.remove("muted");
+      }
+    }
+    const history = byName.get("selection_history.jsonl");
+    if (history && history.bytes <= HISTORY_MAX_BYTES && !heat.shaded) {
+      const r = await fetch(history.download_url, { headers: { Authorization: "Bearer " + LCSB.key() } });
+      if (r.ok) {
+        const rows = (await r.text()).split("\n").filter((line) => line.trim()).map((line) => JSON.parse(line));
+        heat.shaded = true;
+        heat.shade(rows);
+      }
+    }
+  }
+
   async function loadDownloads() {
     const arts = await api(base + "/artifacts");
     const ul = document.getElementById("artifacts");
     if (arts.ok && arts.body.data.length) {
+      loadRunFiles(arts.body.data);
       ul.replaceChildren(...arts.body.data.map((a) => el("li", {},
         LCSB.downloadLink(a.download_url, jobId + "-" + a.name.split("/").pop(), a.name), " ", el("span", { class: "muted" }, fmtBytes(a.bytes)))));
     }

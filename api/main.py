@@ -31,11 +31,10 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI
 
-from api import errors
+from api import errors, ui
 from api.admission import AdmissionLimit
 from api.metrics import MetricsMiddleware, ServiceMetrics
 from api.routes import estimate, events, files, health, jobs, models, outputs
-from api import ui
 from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, load_enqueuer
 from lcsb_service.files import sweep_orphan_uploads

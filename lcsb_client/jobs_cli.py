@@ -21,8 +21,15 @@ from lcsb_client.common import ApiKey, AsJson, BaseUrl, connect, reports_errors
 from lcsb_client.errors import ClientError
 from lcsb_client.follow import follow_job
 from lcsb_client.outputs import download_checkpoint, download_outputs, parse_what
-from lcsb_client.render import (DownloadProgress, checkpoints_table, consoles, file_rejection, job_details,
-                                jobs_table, print_json)
+from lcsb_client.render import (
+    DownloadProgress,
+    checkpoints_table,
+    consoles,
+    file_rejection,
+    job_details,
+    jobs_table,
+    print_json,
+)
 from lcsb_client.service import DEFAULT_BASE_URL, Service
 from lcsb_client.spec import JobSpec
 

@@ -71,7 +71,8 @@ class ProgressCallback(TrainerCallback):
         self.progress.update(self.task, completed=r.step, stats=stats)
 
     def on_eval(self, r: EvalReport) -> None:
-        self.progress.console.print(f"eval @ step {r.step}: loss {r.eval_loss:.4f}, token accuracy {r.eval_token_accuracy:.3f}")
+        self.progress.console.print(f"eval @ step {r.step}: loss {r.eval_loss:.4f}, "
+                                    f"token accuracy {r.eval_token_accuracy:.3f}")
 
 
 @app.command()
@@ -88,7 +89,8 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
         with Progress(*columns, console=console) as progress:
-            summary = Trainer(cfg, callbacks=[ProgressCallback(progress)]).train(resume_from="latest" if resume else None)
+            trainer = Trainer(cfg, callbacks=[ProgressCallback(progress)])
+            summary = trainer.train(resume_from="latest" if resume else None)
     except LCSBError as exc:
         console.print(f"[red]error ({exc.code}):[/red] {exc}")
         raise typer.Exit(2) from None

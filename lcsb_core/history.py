@@ -35,7 +35,7 @@ class UpdateTracker:
         """L2 norm of (after - before) per layer, in layer order."""
         out = []
         for i in sorted(self.params_by_layer):
-            deltas = [p.detach() - b for p, b in zip(self.params_by_layer[i], self._before[i])]
+            deltas = [p.detach() - b for p, b in zip(self.params_by_layer[i], self._before[i], strict=True)]
             out.append(l2_norm(deltas))
         return out
 

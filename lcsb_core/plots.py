@@ -11,10 +11,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from lcsb_core.history import read_history  # noqa: E402
+from lcsb_core.history import read_history
 
 
 def plot_loss(metrics_path: Path, out: Path) -> Path:
@@ -24,9 +24,9 @@ def plot_loss(metrics_path: Path, out: Path) -> Path:
     evals = [(r["step"], r["eval_loss"]) for r in rows if r["split"] == "eval"]
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
-        ax.plot(*zip(*train), label="train loss", alpha=0.7)
+        ax.plot(*zip(*train, strict=True), label="train loss", alpha=0.7)
     if evals:
-        ax.plot(*zip(*evals), "o-", label="eval loss")
+        ax.plot(*zip(*evals, strict=True), "o-", label="eval loss")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss (nats / target token)")
     ax.legend()

@@ -42,7 +42,7 @@ def make_engine(url: str, *, pool_size: int | None = None, pool_timeout_s: float
                            **pool)
 
     @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API connection
+    def _pragmas(dbapi_connection, _record) -> None:  # DB-API connection
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -71,7 +71,7 @@ def run_after_commit(session: Session) -> None:
     for action in session.info.pop(_AFTER_COMMIT, []):
         try:
             action()
-        except Exception:  # noqa: BLE001 - keep the reason in the log, finish the others
+        except Exception:  # keep the reason in the log, finish the others
             log.exception("after-commit action %r failed", action)
 
 

@@ -135,7 +135,7 @@ def sweep_orphan_uploads(db: Database, storage: Storage, stale_after_s: float) -
                         continue
             storage.delete(key)
             removed.append(key)
-    except Exception:  # noqa: BLE001 - a sweep must not stop the API from starting
+    except Exception:  # a sweep must not stop the API from starting
         log.warning("sweeping orphan uploads failed", exc_info=True)
     if removed:
         log.info("removed %d upload objects left by an interrupted upload", len(removed))

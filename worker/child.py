@@ -47,7 +47,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _local_input(stack: ExitStack, storage, row, folder: Path) -> Path:  # noqa: ANN001
+def _local_input(stack: ExitStack, storage, row, folder: Path) -> Path:
     """A local path to a stored dataset, named with its upload's suffix (the reader picks the format
     from it: `.txt` is a corpus, anything else JSONL)."""
     source = stack.enter_context(storage.local_copy(row.storage_key))
@@ -57,7 +57,7 @@ def _local_input(stack: ExitStack, storage, row, folder: Path) -> Path:  # noqa:
     return link
 
 
-def training_config(spec: dict, db, storage, stack: ExitStack):  # noqa: ANN001
+def training_config(spec: dict, db, storage, stack: ExitStack):
     """The job's TrainConfig with local paths. Raises ModelLoadError (model not installed here),
     ConfigError (the stored config no longer validates)."""
     from lcsb_core.errors import ModelLoadError
@@ -101,7 +101,7 @@ def _cap_cuda(spec: dict) -> None:
     torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cage"]["cap_mib"] * 2**20 / total), device)
 
 
-def _stop_on_divergence(db, job_id: str) -> bool:  # noqa: ANN001 - Database
+def _stop_on_divergence(db, job_id: str) -> bool:  # Database
     from lcsb_service.models import Job
 
     with db.session() as s:
@@ -148,7 +148,7 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
                                       peak_memory_mib=reporter.peak_mib or None)
         return Outcome(JobStatus.SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
                        summary=summary)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a public error code
+    except Exception as exc:  # every failure becomes a public error code
         log.exception("job %s failed", spec["job_id"])
         out = classify(exc, cap_mib=spec["cage"]["cap_mib"], peak_mib=reporter.peak_mib or None,
                        steps=reporter.steps_done)

@@ -56,7 +56,7 @@ def _record(db: Database, job_id: str, reports: dict[str, tuple[File, Validation
                       data={"file": role, **data[role]})
 
 
-def check_datasets(cfg, db: Database, job_id: str):  # noqa: ANN001, ANN201 - TrainConfig, TokenizedDatasets
+def check_datasets(cfg, db: Database, job_id: str):  # TrainConfig, TokenizedDatasets
     """(train, eval or None) TokenizedDatasets for `cfg` (local paths), recorded on the job.
 
     Raises:

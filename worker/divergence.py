@@ -110,5 +110,5 @@ class DivergenceWatch(TrainerCallback):
                 add_event(s, self.job_id, f"{self.verdict['message']}; {action}", level="warn",
                           data={k: v for k, v in self.verdict.items() if k != "message"})
                 s.execute(update(Job).where(Job.id == self.job_id).values(warnings=[self.verdict]))
-        except Exception:  # noqa: BLE001 - a database blip must not end the run; the summary still says so
+        except Exception:  # a database blip must not end the run; the summary still says so
             log.warning("job %s: could not record the divergence", self.job_id, exc_info=True)

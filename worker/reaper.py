@@ -100,7 +100,7 @@ def sweep(db: Database, enqueuer: Enqueuer, settings: Settings) -> None:
     try:
         reap_lost(db, settings.heartbeat_timeout_s)
         resend_queued(db, enqueuer, settings.resend_queued_after_s)
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.warning("reaper pass failed", exc_info=True)
 
 

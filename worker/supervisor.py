@@ -63,7 +63,7 @@ def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
     run_dir, work = _folders(ctx, job.id)
     try:
         outcome = _train(ctx, job, name, run_dir, work)
-    except Exception as exc:  # noqa: BLE001 - the job must still end
+    except Exception as exc:  # the job must still end
         log.exception("job %s: supervisor error", job_id)
         outcome = Outcome.failed("internal_error", INTERNAL_MESSAGE, detail=f"{type(exc).__name__}: {exc}")
     try:
@@ -170,7 +170,7 @@ def _beat(ctx: WorkerContext, job_id: str) -> bool:
         with ctx.db.session() as s:
             heartbeat(s, job_id)
             return transitions.should_stop(s, job_id)
-    except Exception:  # noqa: BLE001 - keep supervising through a database blip
+    except Exception:  # keep supervising through a database blip
         log.warning("job %s: heartbeat failed", job_id, exc_info=True)
         return False
 
@@ -179,7 +179,7 @@ def _event(ctx: WorkerContext, job_id: str, message: str, level: str = "info", d
     try:
         with ctx.db.session() as s:
             add_event(s, job_id, message, level=level, data=data)
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.warning("job %s: could not record event %r", job_id, message, exc_info=True)
 
 

@@ -38,7 +38,7 @@ def reap() -> None:
 
 
 @worker_ready.connect
-def _on_worker_ready(sender=None, **_kwargs) -> None:  # noqa: ANN001 - Celery's consumer
+def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
     ctx = worker_context(getattr(sender, "app", None) or current_app)
     wc = ctx.settings.worker_class
     removed = remove_stale_cages(configured_parent=ctx.settings.cgroup_parent)

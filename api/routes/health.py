@@ -32,7 +32,7 @@ def _check_broker(settings: Settings) -> None:
     # other transports (memory://, sqla+...) have nothing separate to reach
 
 
-def _run(name: str, check) -> str:  # noqa: ANN001 - a zero-argument callable
+def _run(name: str, check) -> str:  # a zero-argument callable
     try:
         check()
     except Exception as exc:  # noqa: BLE001 - any failure is "error"; the reason only to the log

@@ -113,8 +113,8 @@ def iter_batches(
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield `collate`d batches of `batch_size` examples, in an order fixed by (seed, epoch) (a
     permutation from numpy's PCG64 seeded with [seed, epoch]; file order when not shuffle). The last,
-    partial batch is kept. `pack`, `max_seq_len`, `mask_dtype`, `pad_to_multiple_of` are passed to `collate` (with pack, each
-    batch's `batch_size` examples become as many rows as needed).
+    partial batch is kept. `pack`, `max_seq_len`, `mask_dtype`, `pad_to_multiple_of` are passed to `collate` (with
+    pack, each batch's `batch_size` examples become as many rows as needed).
 
     Raises:
         ValueError: batch_size < 1.

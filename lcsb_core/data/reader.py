@@ -69,7 +69,7 @@ class LineReader:
         with self.path.open("rb", buffering=_CHUNK) as f:
             yield from self._lines(f)
 
-    def _lines(self, f) -> Iterator[PhysicalLine]:  # noqa: ANN001 - a binary file object
+    def _lines(self, f) -> Iterator[PhysicalLine]:  # a binary file object
         max_line = self.limits.max_line_bytes
         number = 0
         while True:

@@ -111,7 +111,7 @@ class ExampleEncoder:
     def _probe_chars(self, chars: set[str]) -> None:
         probes = sorted(chars)
         encoded = self.tokenizer(["a" + c for c in probes], add_special_tokens=False)["input_ids"]
-        for c, ids in zip(probes, encoded):
+        for c, ids in zip(probes, encoded, strict=True):
             text = self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             (self._good_chars if text == "a" + c else self._bad_chars).add(c)
 
@@ -182,7 +182,7 @@ class ExampleEncoder:
             return segments
         except RecordError:
             raise
-        except Exception as exc:  # jinja raise_exception() and friends: the template refuses it
+        except Exception as exc:  # noqa: BLE001 - jinja raise_exception() and friends: the template refuses it
             raise RecordError("messages", f"the base model's chat template rejects this conversation: {exc}") from None
 
     def segments(self, example: Example) -> list[Segment]:

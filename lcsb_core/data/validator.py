@@ -114,7 +114,7 @@ class _Scan:
             self.pending = []
             return
         encoded = self.encoder.encode_segments([segs for _, segs in self.pending])
-        for (line, _), (ids, labels) in zip(self.pending, encoded):
+        for (line, _), (ids, labels) in zip(self.pending, encoded, strict=True):
             length = len(ids)
             kept = min(length, self.max_seq_len)
             if kept < length:

@@ -20,7 +20,7 @@ class Gate:
         self.open = anyio.Event()
         self.entered = 0
 
-    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
+    async def __call__(self, scope, receive, send) -> None:  # ASGI
         self.entered += 1
         if scope["path"] == "/stream":
             await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -33,7 +33,7 @@ class Gate:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-def run(limit: int, max_waiting: int, wait_s: float, scenario) -> None:  # noqa: ANN001 - async callable
+def run(limit: int, max_waiting: int, wait_s: float, scenario) -> None:  # async callable
     async def main() -> None:
         gate = Gate()
         app = AdmissionLimit(gate, limit=limit, max_waiting=max_waiting, wait_s=wait_s, retry_after_s=2.5)
@@ -43,7 +43,7 @@ def run(limit: int, max_waiting: int, wait_s: float, scenario) -> None:  # noqa:
     anyio.run(main)
 
 
-async def wait_until(condition) -> None:  # noqa: ANN001
+async def wait_until(condition) -> None:
     with anyio.fail_after(5):
         while not condition():
             await anyio.sleep(0.001)
@@ -94,7 +94,7 @@ def test_a_started_stream_gives_its_slot_back():
         async def receive():
             return {"type": "http.request", "body": b"", "more_body": False}
 
-        async def send(message) -> None:  # noqa: ANN001
+        async def send(message) -> None:
             sent.append(message)
             if message["type"] == "http.response.start":
                 started.set()

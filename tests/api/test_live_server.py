@@ -30,7 +30,7 @@ def _status(pid: int) -> dict[str, int]:
     return fields
 
 
-def peak_growth_mib(pid: int, action) -> tuple[float, object]:  # noqa: ANN001 - a zero-argument callable
+def peak_growth_mib(pid: int, action) -> tuple[float, object]:  # a zero-argument callable
     """Run `action`; return (server peak RSS above its RSS before, in MiB; the action's result)."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     before = _status(pid)["VmRSS"]

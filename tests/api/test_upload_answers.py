@@ -8,9 +8,9 @@ import json
 
 from tests.api.helpers import assert_error, chat_lines, job_ok, upload, upload_ok
 
-TOOL_LINE = ('{"messages":[{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":"",'
-             '"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather",'
-             '"arguments":"{\\"city\\":\\"Paris\\"}"}}]}]}\n').encode()
+TOOL_LINE = (b'{"messages":[{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":"",'
+             b'"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather",'
+             b'"arguments":"{\\"city\\":\\"Paris\\"}"}}]}]}\n')
 
 
 def test_a_text_field_in_place_of_the_file_part(client, alice):

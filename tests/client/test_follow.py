@@ -20,7 +20,7 @@ from tests.client.helpers import evaluate, new_job, run_to_success, start, step
 pytestmark = ONE_BACKEND
 
 
-def in_background(target) -> threading.Thread:  # noqa: ANN001 - a zero-argument callable
+def in_background(target) -> threading.Thread:  # a zero-argument callable
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread

@@ -20,7 +20,8 @@ def _error(raw: dict) -> ConfigError:
     ({"lcsb": {"k": 2, "fraction": 0.5}}, "lcsb", "lcsb: give `k` or `fraction`, not both"),
     ({"lora": {"rnak": 8}}, "lora.rnak", "lora.rnak: unknown field; valid: alpha, dropout, rank, target_modules"),
     ({"optim": 3}, "optim", "optim: must be a mapping, got int"),
-    ({"max_steps": 5, "save_every": 6}, "save_every", "save_every: is 6, more than max_steps (5): it would never happen"),
+    ({"max_steps": 5, "save_every": 6}, "save_every",
+     "save_every: is 6, more than max_steps (5): it would never happen"),
 ])
 def test_the_field_is_carried_not_parsed(raw, field, text):
     err = _error(raw)
@@ -30,8 +31,9 @@ def test_the_field_is_carried_not_parsed(raw, field, text):
 def test_describe_renames_the_field_and_the_fields_mentioned():
     err = _error({"eval_every": 3})
     assert err.field == "eval_every" and err.mentions == ("data.validation_file", "eval_every")
-    assert err.describe(lambda f: f"<{f}>") == ("<eval_every>: is 3, but periodic evaluation needs "
-                                                "<data.validation_file>; give a validation file or set <eval_every> to 0")
+    assert err.describe(lambda f: f"<{f}>") == (
+        "<eval_every>: is 3, but periodic evaluation needs <data.validation_file>; give a validation file or set "
+        "<eval_every> to 0")
 
 
 def test_several_unknown_fields_name_no_single_field():

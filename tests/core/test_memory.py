@@ -40,7 +40,8 @@ ids = torch.randint(3, 49000, (spec["batch"], spec["seq"]), generator=torch.Gene
 batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 for step in range(sched.cycle_length):
     tracker.snapshot()
-    run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True, max_grad_norm=1.0)
+    run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True,
+             max_grad_norm=1.0)
 dtype = model.get_input_embeddings().weight.dtype
 print(json.dumps({"peak_mib": peak_mib(torch.device("cpu")), "max_backprop_layers": sched.max_backprop_layers(),
                   "compute_dtype": "fp32" if dtype == torch.float32 else "bf16"}))

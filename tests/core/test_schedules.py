@@ -2,11 +2,21 @@
 
 import pytest
 
-from lcsb_core.errors import ConfigError
 from lcsb_core.config import LCSBSettings
-from lcsb_core.schedules import (EXACT_GRADIENT_SCHEDULES, SCHEDULES, CyclicSchedule, ImportanceSchedule,
-                                   RandomSchedule, TailSchedule, TopFullSchedule, TopSchedule, make_schedule,
-                                   resolve_k, schedule_for)
+from lcsb_core.errors import ConfigError
+from lcsb_core.schedules import (
+    EXACT_GRADIENT_SCHEDULES,
+    SCHEDULES,
+    CyclicSchedule,
+    ImportanceSchedule,
+    RandomSchedule,
+    TailSchedule,
+    TopFullSchedule,
+    TopSchedule,
+    make_schedule,
+    resolve_k,
+    schedule_for,
+)
 
 
 @pytest.mark.parametrize("num_layers,k", [(30, 8), (30, 1), (30, 30), (4, 3), (7, 2)])

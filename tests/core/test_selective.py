@@ -42,9 +42,9 @@ def test_full_schedule_step_equals_plain_peft_lora_step():
     ref_opt.step()
 
     assert stats.loss == pytest.approx(loss.item(), rel=1e-5)
-    for g, p in zip(grads, ref_params):
+    for g, p in zip(grads, ref_params, strict=False):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-7)
-    for p, r in zip(params, ref_params):
+    for p, r in zip(params, ref_params, strict=False):
         torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-7)
 
 
@@ -65,14 +65,16 @@ def test_skipped_layers_move_only_by_momentum_and_weight_decay():
     model, sel, params, opt = make(wd=wd, lr=lr)
     before = snapshot(params)
     run_step(model, sel, opt, [batch(0)], frozenset({0, 1}), step=0, momentum_for_skipped=True, max_grad_norm=0)
-    skipped = [(p, b) for i in (2, 3) for p, b in zip(sel.params_by_layer[i], before[sum(len(sel.params_by_layer[j]) for j in range(i)):])]
+    skipped = [(p, b) for i in (2, 3)
+               for p, b in zip(sel.params_by_layer[i], before[sum(len(sel.params_by_layer[j]) for j in range(i)):],
+                               strict=False)]
     # step 1: momentum is zero, so a skipped parameter moves only by decoupled weight decay
     for p, b in skipped:
         torch.testing.assert_close(p.detach(), b * (1 - lr * wd), rtol=0, atol=1e-9)
     # step 2, layers 0/1 skipped now: they move by their momentum from step 1
     mid = snapshot(params)
     run_step(model, sel, opt, [batch(1)], frozenset({2, 3}), step=1, momentum_for_skipped=True, max_grad_norm=0)
-    for p, m in zip(sel.params_by_layer[0], mid[: len(sel.params_by_layer[0])]):
+    for p, m in zip(sel.params_by_layer[0], mid[: len(sel.params_by_layer[0])], strict=False):
         assert (p.detach() - m * (1 - lr * wd)).abs().max() > 1e-5
 
 
@@ -82,10 +84,10 @@ def test_skipped_layers_do_not_move_without_momentum_option():
     mid = snapshot(params)
     run_step(model, sel, opt, [batch(1)], frozenset({2, 3}), step=1, momentum_for_skipped=False, max_grad_norm=0)
     n01 = sum(len(sel.params_by_layer[i]) for i in (0, 1))
-    for p, m in zip(params[:n01], mid[:n01]):
+    for p, m in zip(params[:n01], mid[:n01], strict=False):
         assert torch.equal(p.detach(), m)
         assert p.grad is None
-    assert any(not torch.equal(p.detach(), m) for p, m in zip(params[n01:], mid[n01:]))
+    assert any(not torch.equal(p.detach(), m) for p, m in zip(params[n01:], mid[n01:], strict=False))
 
 
 def test_step1_no_weight_decay_skipped_are_unchanged():
@@ -93,8 +95,8 @@ def test_step1_no_weight_decay_skipped_are_unchanged():
     before = snapshot(params)
     run_step(model, sel, opt, [batch(0)], frozenset({3}), step=0, momentum_for_skipped=True, max_grad_norm=0)
     n = sum(len(sel.params_by_layer[i]) for i in (0, 1, 2))
-    assert all(torch.equal(p.detach(), b) for p, b in zip(params[:n], before[:n]))
-    assert any(not torch.equal(p.detach(), b) for p, b in zip(params[n:], before[n:]))
+    assert all(torch.equal(p.detach(), b) for p, b in zip(params[:n], before[:n], strict=False))
+    assert any(not torch.equal(p.detach(), b) for p, b in zip(params[n:], before[n:], strict=False))
 
 
 def _count_backward_calls(model, sel, skip_selected):
@@ -166,7 +168,7 @@ def test_skipped_layer_is_identity_in_backward():
         for p in sel.params_by_layer[i]:
             p.requires_grad_(False)
     lm_loss_sums(model, b).loss_sum.backward()
-    for g, p in zip(got, sel.params_by_layer[0]):
+    for g, p in zip(got, sel.params_by_layer[0], strict=False):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
 
 
@@ -177,6 +179,6 @@ def test_checkpointing_gives_same_gradients(skip_mode):
         model, sel, params, opt = make(skip_mode=skip_mode, checkpointing=ckpt)
         run_step(model, sel, opt, [batch(0)], frozenset({1, 2}), step=0, momentum_for_skipped=True, max_grad_norm=0)
         grads.append([p.grad.clone() for p in params])
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=False):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
     assert sum(float(g.abs().sum()) for g in grads[1]) > 0

@@ -32,7 +32,7 @@ def tiny_lora(seed: int = 0, rank: int = 4, dropout: float = 0.0, num_layers: in
     model = apply_lora(tiny_base(seed, num_layers), LoraSettings(rank=rank, alpha=2 * rank, dropout=dropout), seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.requires_grad and p.ndim == 2 and p.abs().sum() == 0:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
     return model

@@ -18,7 +18,7 @@ def _decode(tok, ids):
 
 
 def _supervised(ids, labels):
-    return [i for i, lab in zip(ids, labels) if lab != -100]
+    return [i for i, lab in zip(ids, labels, strict=False) if lab != -100]
 
 
 def _example(messages):
@@ -54,8 +54,8 @@ def test_labels_and_padding_by_length_not_by_id(tokenizer):
 def test_matches_the_templates_own_tokenization(tokenizer, shared_data):
     enc = ExampleEncoder(tokenizer)
     with shared_data("gsm8k/test.jsonl").open() as f:
-        rows = [gsm8k_to_chat(json.loads(line)) for _, line in zip(range(100), f)]
-    for row, (ids, labels) in zip(rows, enc.encode([_example(r["messages"]) for r in rows])):
+        rows = [gsm8k_to_chat(json.loads(line)) for _, line in zip(range(100), f, strict=False)]
+    for row, (ids, labels) in zip(rows, enc.encode([_example(r["messages"]) for r in rows]), strict=False):
         assert ids == tokenizer.apply_chat_template(row["messages"], tokenize=True)["input_ids"]
         assert _decode(tokenizer, _supervised(ids, labels)) == row["messages"][1]["content"] + IM_END
 

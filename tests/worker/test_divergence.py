@@ -1,6 +1,6 @@
 """`worker.divergence.DivergenceWatch` on both database backends, fed the trainer's reports: a train
-loss whose last-3-step mean explodes past 3x the first step's, or an eval loss past 1.25x its start, gives one `warn` event,
-the job's `warnings` entry and the summary's `divergence`; with `stop_on_divergence` it asks the trainer
+loss whose last-3-step mean explodes past 3x the first step's, or an eval loss past 1.25x its start, gives one
+`warn` event, the job's `warnings` entry and the summary's `divergence`; with `stop_on_divergence` it asks the trainer
 to stop. Steady, improving or briefly spiking runs, and NaN losses, give nothing."""
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def test_a_real_run_that_diverges(make_settings, start_worker, make_service, mod
                      if e["type"] == "metrics" and "train_loss" in (e["data"] or {})])
     assert done["status"] == "succeeded", done["error"]
     assert [w["code"] for w in done["warnings"]] == ["diverged"]
-    assert any(e["level"] == "warn" and e["message"].startswith("Training diverged") for e in service.events(done["id"]))
+    assert any(e["level"] == "warn" and e["message"].startswith("Training diverged")
+               for e in service.events(done["id"]))
     summary = service.client.get(f"/v1/fine_tuning/jobs/{done['id']}/artifacts/summary.json", headers=service.headers)
     assert summary.json()["divergence"]["code"] == "diverged"
     stopped = service.create_job(**{**hot, "method": {**hot["method"], "stop_on_divergence": True}})

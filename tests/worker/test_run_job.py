@@ -1,6 +1,6 @@
 """Jobs on real workers (Redis, PostgreSQL, `python -m worker` processes), sent through the API:
-queued -> succeeded with events, checkpoints and artifacts (on local and on S3 storage); exactly one execution whatever the
-delivery count (a repeated message, and Redis redelivering after a short visibility timeout); routing
+queued -> succeeded with events, checkpoints and artifacts (on local and on S3 storage); exactly one execution
+whatever the delivery count (a repeated message, and Redis redelivering after a short visibility timeout); routing
 by memory class; a queued job never waits behind a long one on a busy worker."""
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from lcsb_core.run_files import RunFiles
 from lcsb_service.files import register_result_file
 from lcsb_service.ids import new_id, utcnow
 from lcsb_service.models import Artifact, Checkpoint
@@ -31,8 +32,10 @@ from lcsb_service.storage import Storage
 EXCLUDED = {"trainer_state.pt"}
 CONTENT_TYPES = {".gz": "application/gzip", ".jsonl": "application/x-ndjson", ".csv": "text/csv",
                  ".json": "application/json", ".png": "image/png"}
-RUN_FILES = {"selection_history.jsonl": "selection_history", "metrics.csv": "metrics", "metrics.jsonl": "metrics",
-             "summary.json": "summary", "config.json": "config"}
+_LAYOUT = RunFiles(".")  # the trainer's names for the files of a run folder
+RUN_FILES = {path.name: kind for path, kind in (   # file name -> artifact kind
+    (_LAYOUT.history, "selection_history"), (_LAYOUT.metrics_csv, "metrics"), (_LAYOUT.metrics, "metrics"),
+    (_LAYOUT.summary, "summary"), (_LAYOUT.config, "config"))}
 
 
 def _archive(folder: Path, key: str, storage: Storage, arcname: str = "adapter") -> int:
@@ -92,10 +95,10 @@ def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: st
     The JSON files name no worker path: paths under the run folder become relative to it, paths under
     a folder of `public_paths` (local folder -> public name, "" to drop it) are renamed, any other
     absolute path is cut to its last component."""
-    run = Path(run_dir)
+    run, files = Path(run_dir), RunFiles(run_dir)
     prefix = f"jobs/{job_id}"
-    if (run / "adapter").is_dir():
-        size = _archive(run / "adapter", f"{prefix}/adapter.tar.gz", storage)
+    if files.adapter.is_dir():
+        size = _archive(files.adapter, f"{prefix}/adapter.tar.gz", storage)
         _add_artifact(session, job_id, "adapter.tar.gz", "adapter", f"{prefix}/adapter.tar.gz", size)
     for name, kind in RUN_FILES.items():
         if (run / name).is_file():
@@ -103,12 +106,12 @@ def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: st
             size = (_put_public_json(run / name, key, storage, public_paths or {}) if name.endswith(".json")
                     else storage.put_file(run / name, key))
             _add_artifact(session, job_id, name, kind, key, size)
-    for plot in sorted((run / "plots").glob("*.png")) if (run / "plots").is_dir() else []:
+    for plot in sorted(files.plots.glob("*.png")) if files.plots.is_dir() else []:
         name = f"plots/{plot.name}"
         _add_artifact(session, job_id, name, "plot", f"{prefix}/{name}", storage.put_file(plot, f"{prefix}/{name}"))
     session.flush()
     result_files = []
-    if (run / "metrics.csv").is_file():
+    if files.metrics_csv.is_file():
         result_files.append(register_result_file(session, storage, owner_id=owner_id, job_id=job_id,
-                                                 local_path=run / "metrics.csv", filename=f"{job_id}-metrics.csv").id)
+                                                 local_path=files.metrics_csv, filename=f"{job_id}-metrics.csv").id)
     return result_files

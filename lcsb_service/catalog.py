@@ -18,6 +18,7 @@ from pathlib import Path
 from lcsb_core.config import QUANTIZATIONS
 from lcsb_core.models.catalog import CatalogEntry, catalog_entry
 from lcsb_core.models.identity import public_model_id
+from lcsb_core.models.shapes import parameter_count
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a folder name, never a path
 REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
@@ -68,15 +69,7 @@ class ModelInfo:
     @property
     def num_parameters(self) -> int:
         """Parameters of the decoder (attention + MLP projections, norms, embeddings, LM head)."""
-        c = self.config
-        h, i, L, v = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
-        heads = c["num_attention_heads"]
-        kv = c.get("num_key_value_heads") or heads
-        hd = c.get("head_dim") or h // heads
-        attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
-        mlp = 3 * h * i
-        embeddings = v * h * (1 if c.get("tie_word_embeddings", True) else 2)
-        return L * (attn + mlp + 2 * h) + h + embeddings
+        return sum(parameter_count(self.config))
 
 
 def _read(folder: Path) -> ModelInfo | None:

@@ -88,3 +88,13 @@ def test_no_outputs_before_training(client, alice):
     assert client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts", headers=alice.headers).json()["data"] == []
     page = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=alice.headers).json()
     assert page["data"] == [] and page["has_more"] is False
+
+
+def test_run_files_follow_the_trainers_layout(tmp_path):
+    from lcsb_core.run_files import RunFiles
+    from lcsb_service.artifacts import RUN_FILES
+
+    files = RunFiles(tmp_path)
+    assert RUN_FILES == {files.history.name: "selection_history", files.metrics_csv.name: "metrics",
+                         files.metrics.name: "metrics", files.summary.name: "summary", files.config.name: "config"}
+    assert list(RUN_FILES) == ["selection_history.jsonl", "metrics.csv", "metrics.jsonl", "summary.json", "config.json"]

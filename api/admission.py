@@ -70,7 +70,7 @@ class AdmissionLimit:
 
         def release() -> None:
             nonlocal held
-            if held:
+            if held and self._slots is not None:  # made by the acquire above
                 held = False
                 self._slots.release()
 

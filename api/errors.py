@@ -23,11 +23,13 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "file_too_large
 
 def error_response(status: int, message: str, *, type: str, code: str | None, param: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
+    """The one builder of the OpenAI error body `{"error": {message, type, param, code}}`."""
     return JSONResponse({"error": {"message": message, "type": type, "param": param, "code": code}},
                         status_code=status, headers=headers)
 
 
-async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)  # registered for ServiceError only
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     return error_response(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param, headers=headers)
 
@@ -54,7 +56,8 @@ def _found(err: dict) -> str:
     return f", found {json_type(value)} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)  # registered for it only
     errs = list(exc.errors()) or [{"loc": (), "msg": "invalid request", "type": ""}]
     path = _field_path(tuple(errs[0].get("loc", ())))
     same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
@@ -68,7 +71,8 @@ async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResp
                           code=_VALIDATION_CODES.get(errs[0].get("type", ""), "invalid_value"), param=param)
 
 
-async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)  # registered for it only
     kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
     return error_response(exc.status_code, str(exc.detail), type=kind, code=_HTTP_CODES.get(exc.status_code),
                           headers=getattr(exc, "headers", None))

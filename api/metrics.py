@@ -39,7 +39,7 @@ class _JobStatusCollector:
 
     def collect(self):
         gauge = GaugeMetricFamily("lcsb_jobs", "fine-tuning jobs by status", labels=["status"])
-        counts = dict.fromkeys(JobStatus, 0)
+        counts: dict[str, int] = dict.fromkeys(JobStatus, 0)
         try:
             with self.db.sessionmaker() as s:
                 counts.update(count_by_status(s))

@@ -56,8 +56,8 @@ def status_text(status: str | None) -> Text:
     return Text(status or "-", style=STATUS_STYLES.get(status or "", ""))
 
 
-def _size(n: int | None) -> str:
-    n = n or 0
+def _size(count: int | None) -> str:
+    n = float(count or 0)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -49,7 +49,9 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SSEEvent]:
     """Events from SSE lines (without line terminators): `field: value` lines accumulate, a blank
     line dispatches; comments (`:`) and unknown fields are ignored; several `data` lines join with a
     newline; an event cut off before its blank line is dropped (as the SSE spec says)."""
-    event, data, event_id = None, [], None
+    event: str | None = None
+    data: list[str] = []
+    event_id: str | None = None
     for line in lines:
         if not line:
             if data or event:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
 from torch import nn
 
 from lcsb_core.errors import CheckpointError, DivergenceError
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 
 def assert_finite_adapter(params: list[nn.Parameter], where: Path) -> None:
@@ -28,7 +32,7 @@ def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path) ->
     Embedding layers are never saved (LoRA adapts projections only and the vocabulary is never
     resized); asking PEFT to decide would make it look the base model up on the Hugging Face Hub."""
     assert_finite_adapter(params, out_dir)
-    model.save_pretrained(out_dir, safe_serialization=True, save_embedding_layers=False)
+    cast("PeftModel", model).save_pretrained(str(out_dir), safe_serialization=True, save_embedding_layers=False)
     return out_dir
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
@@ -58,7 +58,7 @@ class ProgressCallback(TrainerCallback):
 
     def __init__(self, progress: Progress):
         self.progress = progress
-        self.task = None
+        self.task = TaskID(0)  # set by on_start
 
     def on_start(self, info: dict) -> None:
         for key in ("train_data", "eval_data"):

@@ -110,7 +110,7 @@ class OptimSettings:
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
         _check(0 < self.learning_rate < 1, "optim.learning_rate", f"must be in (0, 1), got {self.learning_rate!r}")
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")

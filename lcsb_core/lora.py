@@ -8,6 +8,7 @@ ModuleList, and for a LoRA module the index parsed from `.layers.<i>.` in its qu
 from __future__ import annotations
 
 import re
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ def apply_lora(model: nn.Module, settings: LoraSettings, *, seed: int):
 
     config = LoraConfig(
         r=settings.rank,
-        lora_alpha=settings.alpha,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft annotates int; the scale alpha/r is a float
         lora_dropout=settings.dropout,
         target_modules=list(settings.target_modules),
         bias="none",
@@ -40,9 +41,9 @@ def apply_lora(model: nn.Module, settings: LoraSettings, *, seed: int):
     return peft_model
 
 
-def causal_lm(model: nn.Module) -> nn.Module:
+def causal_lm(model: nn.Module) -> Any:
     """The transformers `*ForCausalLM` inside a PeftModel (or the model itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+    return cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -76,7 +77,7 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
         raise DivergenceError(f"gradient norm became {grad_norm} at step {step + 1}; lower the learning "
                               "rate or enable clipping")
     if max_grad_norm > 0 and grad_norm > max_grad_norm:
-        torch._foreach_mul_([p.grad for p in trained], max_grad_norm / (grad_norm + 1e-6))
+        torch._foreach_mul_(cast(list[torch.Tensor], [p.grad for p in trained]), max_grad_norm / (grad_norm + 1e-6))
     prepare_skipped_grads(selective.skipped_parameters(), momentum_for_skipped)
     optimizer.step()
     return StepStats(loss_total, grad_norm, layer_norms, sum(count_tokens(b) for b in micro_batches),

@@ -64,7 +64,7 @@ def owner_for_key(session: Session, secret: str, presented: str | None) -> Owner
     return owner_and_object(session, secret, presented, None, None)[0]
 
 
-def owner_and_object(session: Session, secret: str, presented: str | None, model: type | None,
+def owner_and_object(session: Session, secret: str, presented: str | None, model: type[Any] | None,
                      object_id: str | None) -> tuple[Owner, Any]:
     """The owner of a presented key and, in the same query, their row `object_id` of the mapped class
     `model` (which has `id` and `owner_id`): None when missing or another owner's. One round trip.

@@ -135,7 +135,7 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
                 summary = Trainer(cfg, callbacks=[watch, reporter], train_dataset=train_set,
                                   eval_dataset=eval_set).train()
             except TrainingCancelled:
-                if watch.stopped:
+                if watch.stopped and watch.verdict is not None:  # a stop always comes with its verdict
                     return Outcome.failed("diverged", f"{watch.verdict['message']}; stopped because "
                                           "method.stop_on_divergence is set", steps=reporter.steps_done,
                                           peak_memory_mib=reporter.peak_mib or None)
@@ -152,7 +152,7 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
         log.exception("job %s failed", spec["job_id"])
         out = classify(exc, cap_mib=spec["cage"]["cap_mib"], peak_mib=reporter.peak_mib or None,
                        steps=reporter.steps_done)
-        out.message = public_text(out.message, spec, names)
+        out.message = public_text(out.message or "", spec, names)
         return out
     finally:
         db.dispose()

@@ -25,6 +25,7 @@ ROLES = ("training_file", "validation_file")
 def _uploads(db: Database, job_id: str) -> dict[str, File]:
     with db.session() as s:
         job = s.get(Job, job_id)
+        assert job is not None  # the worker claimed it
         rows = {"training_file": s.get(File, job.training_file),
                 "validation_file": s.get(File, job.validation_file) if job.validation_file else None}
         s.expunge_all()

@@ -68,9 +68,9 @@ def classify(exc: BaseException, *, cap_mib: int | None = None, peak_mib: float 
     from lcsb_core.errors import DataError, DivergenceError, LCSBError  # torch-free module
 
     common: dict[str, Any] = {"steps": steps, "peak_memory_mib": peak_mib}
-    code = exc.code if isinstance(exc, LCSBError) else None
+    code, field_ = (exc.code, exc.field) if isinstance(exc, LCSBError) else (None, None)
     if code == DataError.code:
-        return Outcome.failed(code, str(exc), param=exc.field or "training_file", **common)
+        return Outcome.failed(code, str(exc), param=field_ or "training_file", **common)
     if code == DivergenceError.code:
         return Outcome.failed(code, str(exc), **common)
     if _is_oom(exc):

@@ -20,8 +20,9 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 
 from lcsb_service import transitions
 from lcsb_service.db import Database
@@ -48,9 +49,10 @@ def reap_lost(db: Database, heartbeat_timeout_s: float) -> list[str]:
     for job_id in candidates:
         with db.session() as s:
             job = transitions.lock_job(s, job_id)
-            if job.status != JobStatus.RUNNING or (_aware(job.heartbeat_at) or cutoff) >= cutoff:
+            beat = _aware(job.heartbeat_at) or cutoff
+            if job.status != JobStatus.RUNNING or beat >= cutoff:
                 continue  # finished or beat again meanwhile
-            silent = (utcnow() - _aware(job.heartbeat_at)).total_seconds()
+            silent = (utcnow() - beat).total_seconds()
             transitions.fail(s, job_id, "worker_lost",
                              f"The worker running this job stopped reporting (no heartbeat for {silent:.0f} s, "
                              f"limit {heartbeat_timeout_s:.0f} s); the job did not finish")
@@ -79,9 +81,9 @@ def resend_queued(db: Database, enqueuer: Enqueuer, after_s: float) -> list[str]
     sent = []
     for job_id, queue in stale:
         with db.session() as s:
-            moved = s.execute(update(Job)
-                              .where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.updated_at < cutoff)
-                              .values(updated_at=utcnow())).rowcount
+            moved = cast(CursorResult, s.execute(
+                update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED, Job.updated_at < cutoff)
+                .values(updated_at=utcnow()))).rowcount
             if not moved:
                 continue  # claimed, cancelled or re-sent by another sweeper meanwhile
             first = s.scalar(select(JobEvent.id).where(JobEvent.job_id == job_id,

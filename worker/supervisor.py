@@ -53,7 +53,8 @@ def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
     try:
         with ctx.db.session() as s:
             job = transitions.claim(s, job_id, worker=worker)
-            owner = s.get(Owner, job.owner_id).name if job is not None else None
+            owner_row = s.get(Owner, job.owner_id) if job is not None else None
+            owner = owner_row.name if owner_row is not None else ""
     except NotFound:
         job = None
     if job is None:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
@@ -32,7 +34,7 @@ def _check_broker(settings: Settings) -> None:
     # other transports (memory://, sqla+...) have nothing separate to reach
 
 
-def _run(name: str, check) -> str:  # a zero-argument callable
+def _run(name: str, check: Callable[[], object]) -> Literal["ok", "error"]:
     try:
         check()
     except Exception as exc:  # noqa: BLE001 - any failure is "error"; the reason only to the log

@@ -3,27 +3,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
 from lcsb_service.ids import unix
 from lcsb_service.models import Artifact, Checkpoint, JobEvent
 
+Level = Literal["info", "warn", "error"]        # lcsb_service.events.LEVELS
+EventType = Literal["message", "metrics"]       # lcsb_service.events.TYPES
+
 
 class EventObject(BaseModel):
     id: str
     object: Literal["fine_tuning.job.event"] = "fine_tuning.job.event"
     created_at: int
-    level: Literal["info", "warn", "error"]
+    level: Level
     message: str
     data: dict[str, Any] | None = None
-    type: Literal["message", "metrics"] = "message"
+    type: EventType = "message"
 
     @classmethod
     def of(cls, row: JobEvent) -> EventObject:
-        return cls(id=row.id, created_at=unix(row.created_at), level=row.level, message=row.message,
-                   data=row.data, type=row.type)
+        return cls(id=row.id, created_at=unix(row.created_at), level=cast(Level, row.level), message=row.message,
+                   data=row.data, type=cast(EventType, row.type))
 
 
 class CheckpointObject(BaseModel):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
 from lcsb_service.ids import unix
 from lcsb_service.models import File
+
+FileStatus = Literal["uploaded", "processed", "error"]
 
 
 class FileObject(BaseModel):
@@ -21,7 +23,7 @@ class FileObject(BaseModel):
     created_at: int
     filename: str
     purpose: str
-    status: Literal["uploaded", "processed", "error"]
+    status: FileStatus
     status_details: str | None = None
     expires_at: int | None = None
     sha256: str
@@ -30,7 +32,8 @@ class FileObject(BaseModel):
     @classmethod
     def of(cls, row: File) -> FileObject:
         return cls(id=row.id, bytes=row.bytes, created_at=unix(row.created_at), filename=row.filename,
-                   purpose=row.purpose, status=row.status, status_details=row.status_details, sha256=row.sha256,
+                   purpose=row.purpose, status=cast(FileStatus, row.status), status_details=row.status_details,
+                   sha256=row.sha256,
                    validation=row.validation)
 
 

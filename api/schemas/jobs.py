@@ -208,7 +208,8 @@ class JobObject(BaseModel):
         return cls(
             id=job.id, created_at=unix(job.created_at), error=error, fine_tuned_model=job.fine_tuned_model,
             finished_at=unix(job.finished_at), hyperparameters=job.hyperparameters, model=job.model,
-            organization_id=job.owner_id, result_files=list(job.result_files or []), seed=job.seed, status=job.status,
+            organization_id=job.owner_id, result_files=list(job.result_files or []), seed=job.seed,
+            status=JobStatus(job.status),
             trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,
             estimated_finish=unix(job.estimated_finish), metadata=job.metadata_, method=job.method,
             user_provided_suffix=job.suffix, memory_estimate=job.memory_estimate, queue=job.queue,

@@ -83,15 +83,17 @@ def scan_text_corpus(
     blocks. Counts: `num_examples` = non-blank lines, `usable_examples` = blocks."""
     report.format, report.txt_mode = TEXT, TXT_MODE
     encoder = ExampleEncoder(tokenizer) if tokenizer is not None else None
-    if encoder is not None and encoder.format_error(TEXT):
-        report.file_errors.append(encoder.format_error(TEXT))
+    problem = encoder.format_error(TEXT) if encoder is not None else None
+    if problem:
+        report.file_errors.append(problem)
         encoder = None
     counter = TokenCounter(limits.max_listed)
     packer = _Packer(max_seq_len, counter, keep_examples)
     chunks: list[str] = []
     current: list[str] = []
     current_chars = 0
-    lossy_count, lossy_lines = 0, []
+    lossy_count = 0
+    lossy_lines: list[int] = []
 
     def tokenize_chunks() -> None:
         if encoder is not None and chunks:
@@ -109,10 +111,10 @@ def scan_text_corpus(
                 current_chars += 1
             continue
         report.num_examples += 1
-        if pl.error is not None:
+        if pl.error is not None or pl.text is None:  # exactly one of them is set
             report.invalid_examples += 1
             if len(report.errors) < limits.max_errors:
-                report.errors.append(Issue(pl.number, None, pl.error))
+                report.errors.append(Issue(pl.number, None, pl.error or "unreadable line"))
             continue
         if report.format_line is None:
             report.format_line = pl.number
@@ -134,7 +136,7 @@ def scan_text_corpus(
         if current:
             chunks.append("".join(current))
         tokenize_chunks()
-        packer.feed([encoder.eos_id])
+        packer.feed([encoder.eos_id] if encoder.eos_id is not None else [])
         packer.finish()
         report.tokens = counter.result()
         report.dropped_no_target, report.dropped_lines = counter.dropped, counter.dropped_lines

@@ -144,8 +144,8 @@ def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | 
     first = True
     for pl in reader:
         report.num_examples += 1
-        if pl.error is not None:
-            scan.error(pl.number, None, pl.error)
+        if pl.error is not None or pl.text is None:  # exactly one of them is set
+            scan.error(pl.number, None, pl.error or "unreadable line")
             continue
         if first:
             first = False

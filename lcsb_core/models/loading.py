@@ -96,7 +96,7 @@ def load_base_model(path: Path, *, quantization: str, device: torch.device) -> t
     except Exception as exc:
         raise ModelLoadError(f"cannot load weights from {path}: {exc}") from exc
     if qconf is None:
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers' stub types `to` as its decorator's wrapper
     else:
         disable_cpu_weight_repacking(model)
     model.config.use_cache = False

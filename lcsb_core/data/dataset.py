@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lcsb_core.config import DataSettings
 from lcsb_core.data.batching import collate
 from lcsb_core.data.formats import FORMATS, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
@@ -58,7 +59,7 @@ def build_dataset(
     max_seq_len: int,
     train_on_inputs: bool = False,
     skip_invalid: bool = False,
-    min_examples: int = 10,
+    min_examples: int = DataSettings.min_examples,
     limits: ValidationLimits | None = None,
     file_type: str | None = None,
 ) -> TokenizedDataset:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lcsb_core.config import DataSettings
 from lcsb_core.errors import ConfigError
 
 
@@ -24,9 +25,9 @@ class ValidationLimits:
         max_lines: most physical lines read (default 5,000,000); past it the file is rejected.
         max_line_bytes: longest accepted line in bytes (default 8 MiB); a longer line is an error on
             that line and is skipped without being held in memory.
-        min_examples: fewer usable examples than this rejects the file (default 10, like the
-            OpenAI fine-tuning API). "Usable" means valid and, when a tokenizer is given, still
-            holding a target token after truncation.
+        min_examples: fewer usable examples than this rejects the file (default
+            `DataSettings.min_examples`, 10, like the OpenAI fine-tuning API). "Usable" means valid
+            and, when a tokenizer is given, still holding a target token after truncation.
         max_errors: how many line errors the report lists (all are counted).
         max_listed: how many line numbers the report lists for truncated, dropped, duplicate and
             overlapping examples (all are counted).
@@ -35,7 +36,7 @@ class ValidationLimits:
     max_bytes: int = 1 << 30
     max_lines: int = 5_000_000
     max_line_bytes: int = 8 << 20
-    min_examples: int = 10
+    min_examples: int = DataSettings.min_examples
     max_errors: int = 20
     max_listed: int = 20
 

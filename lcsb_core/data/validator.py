@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lcsb_core.config import DataSettings
 from lcsb_core.data.formats import Example, Issue, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
@@ -223,7 +224,7 @@ def scan_file(
     path: str | os.PathLike[str],
     *,
     tokenizer: Any = None,
-    max_seq_len: int = 2048,
+    max_seq_len: int = DataSettings.max_seq_len,
     limits: ValidationLimits | None = None,
     train_on_inputs: bool = False,
     reference_path: str | os.PathLike[str] | None = None,
@@ -259,7 +260,7 @@ def validate_file(
     path: str | os.PathLike[str],
     *,
     tokenizer: Any = None,
-    max_seq_len: int = 2048,
+    max_seq_len: int = DataSettings.max_seq_len,
     limits: ValidationLimits | None = None,
     train_on_inputs: bool = False,
     reference_path: str | os.PathLike[str] | None = None,
@@ -272,7 +273,8 @@ def validate_file(
         tokenizer: the base model's transformers tokenizer; when given, token statistics (tokens per
             example, trainable tokens, truncated and dropped examples) are measured with it and its chat
             template. None: structure only (what the API can check at upload).
-        max_seq_len: tokens per example after truncation (truncation keeps the start).
+        max_seq_len: tokens per example after truncation (truncation keeps the start; default
+            `DataSettings.max_seq_len`, the trainer's).
         limits: caps and thresholds (default `ValidationLimits()`).
         train_on_inputs: count prompt/user/system tokens as targets too.
         reference_path: for a validation file, the training file; the report counts examples present

@@ -62,3 +62,15 @@ def test_worker_modules_are_small():
     for path in (ROOT / "worker").rglob("*.py"):
         lines = len(path.read_text().splitlines())
         assert lines < 300, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+def test_worker_argv_takes_the_log_level_from_settings(tmp_path, monkeypatch):
+    import importlib
+
+    monkeypatch.setenv("LCSB_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("LCSB_LOG_LEVEL", "warning")
+    import worker.main
+
+    module = importlib.reload(worker.main)  # it reads the settings when imported (a process entry point)
+    argv = module.worker_argv(["--without-mingle"])
+    assert argv[argv.index("--loglevel") + 1] == "WARNING" and argv[-1] == "--without-mingle"

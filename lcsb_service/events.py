@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from lcsb_service.ids import looks_like_id, new_id, utcnow
 from lcsb_service.models import Job, JobEvent
 from lcsb_service.pagination import keyset_page, missing_cursor
+from lcsb_service.status import JobStatus
 
 LEVELS = ("info", "warn", "error")
 TYPES = ("message", "metrics")
@@ -57,13 +58,13 @@ def record_progress(session: Session, job_id: str, *, steps_completed: int, tota
     if elapsed_s is not None and steps_completed > 0 and total_steps:
         remaining = max(0, total_steps - steps_completed) * elapsed_s / steps_completed
         values["estimated_finish"] = now + timedelta(seconds=remaining)
-    session.execute(update(Job).where(Job.id == job_id, Job.status == "running").values(**values))
+    session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING).values(**values))
 
 
 def heartbeat(session: Session, job_id: str) -> None:
     """Mark a running job alive (the reaper fails jobs whose heartbeat is too old)."""
     now = utcnow()
-    session.execute(update(Job).where(Job.id == job_id, Job.status == "running")
+    session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING)
                     .values(heartbeat_at=now, updated_at=now))
 
 

@@ -217,4 +217,4 @@ def conclude(ctx: WorkerContext, job: Job, outcome: Outcome, fine_tuned_model: s
             log.error("job %s failed (%s): %s", job.id, outcome.code, outcome.detail)
         transitions.fail(s, job.id, outcome.code or "internal_error", outcome.message or INTERNAL_MESSAGE,
                          outcome.param)
-        return "failed"
+        return JobStatus.FAILED

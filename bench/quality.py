@@ -80,6 +80,7 @@ class RunSpec:
     quant: str = "nf4"
     fraction: float = 0.25
     full_every: int = 4
+    batch: int = 4
 
     @property
     def label(self) -> str:
@@ -91,7 +92,8 @@ class RunSpec:
     def name(self) -> str:
         every = f"N{self.full_every}" if self.schedule == "topfull" else ""
         return (f"{self.task}-{self.quant}-{self.schedule}{every}-f{self.fraction:g}-lr{self.lr:g}-s{self.seed}"
-                f"-n{self.steps}-mom{int(self.momentum)}-repack{int(self.repacking)}")
+                f"-n{self.steps}-mom{int(self.momentum)}-repack{int(self.repacking)}"
+                + (f"-b{self.batch}" if self.batch != 4 else ""))
 
 
 def parse_schedule(token: str, default_fraction: float) -> tuple[str, float, int]:
@@ -106,7 +108,9 @@ class Recorder(TrainerCallback):
     """Collects per-step train loss/time and every evaluation with the training seconds spent so far;
     at the evaluations of `exact_match_steps` it also decodes the GSM8K questions (`exact_match`)."""
 
-    def __init__(self, *, model=None, tokenizer=None, rows=None, exact_match_steps=(), args=None) -> None:
+    def __init__(self, *, model=None, tokenizer=None, rows=None, exact_match_steps=(), args=None,
+                 partial: Path | None = None, spec: RunSpec | None = None) -> None:
+        self.partial, self.spec = partial, spec
         self.train_s = 0.0
         self.steps: list[dict] = []
         self.evals: list[dict] = []
@@ -124,6 +128,10 @@ class Recorder(TrainerCallback):
         if report.step in self.exact_match_steps and self.rows:
             self.evals[-1].update(exact_match(self.model, self.tokenizer, self.rows, batch_size=self.args.gen_batch,
                                               max_new_tokens=self.args.max_new_tokens))
+        if self.partial is not None:  # what a run killed by a time limit leaves: its curves so far
+            self.partial.write_text(json.dumps({"spec": self.spec.__dict__, "name": self.spec.name, "partial": True,
+                                                "label": self.spec.label, "train_seconds": self.train_s,
+                                                "evals": self.evals, "steps": self.steps}))
 
 
 def enable_cpu_weight_repacking(model: torch.nn.Module) -> int:
@@ -233,7 +241,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
         "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum,
                  "full_every": spec.full_every if spec.schedule == "topfull" else None},
         "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
-        "batch_size": 4, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
+        "batch_size": spec.batch, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
         "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),
     })
     model, tokenizer, device = load_components(cfg)
@@ -243,7 +251,8 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
     if args.exact_match and spec.seed in args.exact_match_seeds and spec.label in args.exact_match_schedules:
         em_steps = {args.steps} | ({0} if not step0_cache.get("exact_match_base_done") else set())
         step0_cache["exact_match_base_done"] = True
-    recorder = Recorder(model=model, tokenizer=tokenizer, rows=eval_rows, exact_match_steps=em_steps, args=args)
+    recorder = Recorder(model=model, tokenizer=tokenizer, rows=eval_rows, exact_match_steps=em_steps, args=args,
+                        partial=Path(args.out) / f"{spec.name}.partial.json", spec=spec)
     trainer = CachedStep0Trainer(cfg, callbacks=[recorder], model=model, tokenizer=tokenizer, device=device,
                                  train_dataset=train_ds, eval_dataset=eval_ds)
     # The step-0 eval is the base model's (LoRA B = 0): the same for every run with the same base, so
@@ -288,7 +297,7 @@ def grid(args) -> list[RunSpec]:
             args.quant.split(",")):
         name, fraction, full_every = parse_schedule(sched, args.fraction)
         steps = int(extend.get(sched, args.steps))
-        specs.append(RunSpec(args.task, name, seed, lr, steps, mom, rep, quant, fraction, full_every))
+        specs.append(RunSpec(args.task, name, seed, lr, steps, mom, rep, quant, fraction, full_every, args.batch))
     return specs
 
 
@@ -308,6 +317,7 @@ def main(argv=None) -> None:
                     "(equal-time view)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=4, help="examples (gsm8k) or blocks (wikitext) per step")
     ap.add_argument("--seq", type=int, default=384, help="max tokens per example (gsm8k) or block (wikitext)")
     ap.add_argument("--train-examples", type=int, default=2000)
     ap.add_argument("--eval-examples", type=int, default=200)
@@ -346,6 +356,7 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         result = run_one(spec, data, args, step0_cache)
         (out / f"{spec.name}.json").write_text(json.dumps(result, indent=1))
+        (out / f"{spec.name}.partial.json").unlink(missing_ok=True)
         ev = result["evals"]
         print(f"{spec.name}: eval {ev[0]['eval_loss']:.4f} -> {ev[-1]['eval_loss']:.4f}, train {result['train_seconds']:.0f} s"
               + "".join(f", exact match @{e['step']} {e['exact_match']:.3f}" for e in ev if "exact_match" in e)

@@ -32,8 +32,13 @@ LABEL = {"full": "full backprop", "freeze": "freeze (cyclic blocks, exact gradie
 
 def load_runs(folder: Path) -> list[dict]:
     """Every run result (`*.json`) in `folder`. A run marked `clean_steps` (its later steps were timed
-    while another process shared the CPU; see its `note`) is cut to its first `clean_steps` steps."""
-    runs = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    while another process shared the CPU; see its `note`) is cut to its first `clean_steps` steps. A
+    `<name>.partial.json` (the evaluations so far of a run stopped by a time limit; marked `partial`) is
+    read only when its run has no complete file."""
+    paths = sorted(Path(folder).glob("*.json"))
+    done = {p.name for p in paths if not p.name.endswith(".partial.json")}
+    runs = [json.loads(p.read_text()) for p in paths
+            if not p.name.endswith(".partial.json") or p.name.replace(".partial.json", ".json") not in done]
     for r in runs:
         if "clean_steps" in r:
             n = r["clean_steps"]

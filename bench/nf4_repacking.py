@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.probe_model import gsm8k_batches, nf4_lora_with_random_b, smollm2_tokenizer_and_path  # noqa: E402
-from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
+from bench.probe_model import gsm8k_batches, nf4_lora_with_random_b, smollm2_tokenizer_and_path
+from lcsb_core.loss import autocast_for, lm_loss_sums
+from lcsb_core.selective import LayerMode, SelectiveBackprop
 
 
 def layer_grads(model, sel: SelectiveBackprop, batch, selected) -> dict[int, torch.Tensor]:

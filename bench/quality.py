@@ -39,11 +39,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback  # noqa: E402
-from lcsb_core.config import TrainConfig  # noqa: E402
-from lcsb_core.loss import autocast_for  # noqa: E402
-from lcsb_core.setup import load_components  # noqa: E402
-from lcsb_core.trainer import Trainer  # noqa: E402
+from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.config import TrainConfig
+from lcsb_core.loss import autocast_for
+from lcsb_core.setup import load_components
+from lcsb_core.trainer import Trainer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
@@ -221,7 +221,7 @@ def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
                                  pad_token_id=tokenizer.pad_token_id)
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        for row, text in zip(chunk, texts):
+        for row, text in zip(chunk, texts, strict=True):
             ok = answers_match(extract_answer(text), extract_answer(row["answer"]))
             correct += ok
             if len(samples) < 3:
@@ -358,7 +358,8 @@ def main(argv=None) -> None:
         (out / f"{spec.name}.json").write_text(json.dumps(result, indent=1))
         (out / f"{spec.name}.partial.json").unlink(missing_ok=True)
         ev = result["evals"]
-        print(f"{spec.name}: eval {ev[0]['eval_loss']:.4f} -> {ev[-1]['eval_loss']:.4f}, train {result['train_seconds']:.0f} s"
+        print(f"{spec.name}: eval {ev[0]['eval_loss']:.4f} -> {ev[-1]['eval_loss']:.4f}, "
+              f"train {result['train_seconds']:.0f} s"
               + "".join(f", exact match @{e['step']} {e['exact_match']:.3f}" for e in ev if "exact_match" in e)
               + f", wall {time.perf_counter() - t0:.0f} s", flush=True)
 

@@ -63,7 +63,7 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
     >>> time_to_reach([(0, 2.0), (10, 1.0)], 1.5)
     5.0
     """
-    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
         if y0 <= target:
             return t0
         if y1 <= target:
@@ -73,7 +73,7 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
 
 def value_at_time(curve: list[tuple[float, float]], t: float) -> float | None:
     """The curve's value at time `t` by linear interpolation; None past its end."""
-    for (t0, y0), (t1, y1) in zip(curve, curve[1:]):
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
         if t0 <= t <= t1:
             return y0 + (y1 - y0) * (t - t0) / (t1 - t0) if t1 > t0 else y1
     return None
@@ -121,12 +121,15 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
         if not rs:
             continue
         evs = [eval_at(r, steps) for r in rs]
-        rel = [e["eval_loss"] / full[r["spec"]["seed"]] - 1 for r, e in zip(rs, evs) if r["spec"]["seed"] in full]
-        em = next((e for r, e in zip(rs, evs) if "exact_match" in e), None)
+        rel = [e["eval_loss"] / full[r["spec"]["seed"]] - 1 for r, e in zip(rs, evs, strict=True)
+               if r["spec"]["seed"] in full]
+        em = next((e for e in evs if "exact_match" in e), None)
         out.append("| " + " | ".join([
-            LABEL[name], f"{rs[0]['k']}/{rs[0]['num_layers']}" if name != "full" else f"{rs[0]['num_layers']}/{rs[0]['num_layers']}",
+            LABEL[name],
+            f"{rs[0]['k'] if name != 'full' else rs[0]['num_layers']}/{rs[0]['num_layers']}",
             str(len(rs)),
-            mean_sd([math.exp(e["eval_loss"]) if perplexity else e["eval_loss"] for e in evs], "{:.3f}" if perplexity else "{:.4f}"),
+            mean_sd([math.exp(e["eval_loss"]) if perplexity else e["eval_loss"] for e in evs],
+                    "{:.3f}" if perplexity else "{:.4f}"),
             "" if name == "full" else mean_sd([100 * x for x in rel], "{:+.2f} %"),
             mean_sd([e["eval_token_accuracy"] for e in evs]),
             mean_sd([seconds_at(r, steps) / steps for r in rs], "{:.3f}"),
@@ -149,8 +152,8 @@ def equal_time_table(runs: list[dict], steps: int) -> str:
     """Per seed: full backprop's final eval loss and training time; for each other schedule the time it
     took to reach that loss (and the ratio), and its eval loss at full backprop's training time."""
     groups = by_schedule(runs)
-    out = ["| seed | full: eval loss at step {0} | full: train s | schedule | steps run | step time vs full "
-           "| reached full's loss at (s) | time vs full | eval loss at full's train time |".format(steps),
+    out = [f"| seed | full: eval loss at step {steps} | full: train s | schedule | steps run | step time vs full "
+           "| reached full's loss at (s) | time vs full | eval loss at full's train time |",
            "|---|---|---|---|---|---|---|---|---|"]
     for full_run in sorted(groups.get("full", []), key=lambda r: r["spec"]["seed"]):
         seed = full_run["spec"]["seed"]
@@ -161,8 +164,10 @@ def equal_time_table(runs: list[dict], steps: int) -> str:
                 at = value_at_time(curve(r), t_full)
                 n = min(steps, len(r["steps"]))
                 speed = (t_full / steps) / (seconds_at(r, n) / n)
-                out.append(f"| {seed} | {target:.4f} | {t_full:.0f} | {LABEL[name]} | {len(r['steps'])} | {speed:.2f}x faster | "
-                           f"{'not reached' if t is None else f'{t:.0f}'} | {'' if t is None else f'{t / t_full:.2f}x'} | "
+                out.append(f"| {seed} | {target:.4f} | {t_full:.0f} | {LABEL[name]} | {len(r['steps'])} | "
+                           f"{speed:.2f}x faster | "
+                           f"{'not reached' if t is None else f'{t:.0f}'} | "
+                           f"{'' if t is None else f'{t / t_full:.2f}x'} | "
                            f"{'' if at is None else f'{at:.4f}'} |")
     return "\n".join(out)
 
@@ -171,8 +176,8 @@ def momentum_table(runs: list[dict], steps: int) -> str:
     """LCSB cyclic with momentum_for_skipped on and off, at `steps`, seeds paired."""
     on = {r["spec"]["seed"]: r for r in by_schedule(runs, momentum=True).get("cyclic", [])}
     off = {r["spec"]["seed"]: r for r in by_schedule(runs, momentum=False).get("cyclic", [])}
-    out = ["| momentum_for_skipped | seeds | eval loss at step {0} | token accuracy | train s/step | "
-           "off - on (same seed) |".format(steps), "|---|---|---|---|---|---|"]
+    out = [f"| momentum_for_skipped | seeds | eval loss at step {steps} | token accuracy | train s/step | "
+           "off - on (same seed) |", "|---|---|---|---|---|---|"]
     for label, group in (("on (default)", on), ("off", off)):
         seeds = sorted(s for s in group if s in on and s in off)
         if not seeds:
@@ -189,7 +194,8 @@ def momentum_table(runs: list[dict], steps: int) -> str:
 def stability_table(runs: list[dict], steps: int) -> str:
     """One row per run (its first `steps` steps): learning rate, schedule, bitsandbytes CPU repacking,
     eval losses, train loss."""
-    out = ["| lr | schedule | bnb CPU repacking | seed | eval loss by step | last-10-step train loss | max train loss |",
+    out = ["| lr | schedule | bnb CPU repacking | seed | eval loss by step | last-10-step train loss "
+           "| max train loss |",
            "|---|---|---|---|---|---|---|"]
     key = lambda r: (r["spec"]["lr"], r["spec"]["repacking"], ORDER.index(r["spec"]["schedule"]), r["spec"]["seed"])  # noqa: E731
     for r in sorted(runs, key=key):
@@ -264,13 +270,13 @@ def plot_step_time(rows: list[dict], out: Path) -> Path:
     plt = _plt()
     quants = sorted({r["quant"] for r in rows})
     fig, axes = plt.subplots(1, len(quants), figsize=(5.5 * len(quants), 4), squeeze=False)
-    for ax, q in zip(axes[0], quants):
+    for ax, q in zip(axes[0], quants, strict=False):
         rs = [r for r in rows if r["quant"] == q and not r["checkpointing"]]
         full = next(r for r in rs if r["schedule"] == "full")
         fwd = next(r for r in rs if r["schedule"] == "forward")
         for name, style in (("lcsb", "o-"), ("freeze", "s-")):
             pts = sorted((r["k"] / r["layers"], r["step_s"]) for r in rs if r["schedule"] == name)
-            ax.plot(*zip(*pts), style, label=name if name == "freeze" else "LCSB cyclic")
+            ax.plot(*zip(*pts, strict=True), style, label=name if name == "freeze" else "LCSB cyclic")
         xs = [0, 1]
         ax.plot(xs, [fwd["step_s"] + x * (full["step_s"] - fwd["step_s"]) for x in xs], ":", color="gray",
                 label="ideal: forward + (k/L) backward")

@@ -1,6 +1,7 @@
 """Step time and peak memory of each schedule against full backprop, measured side by side in one process.
 
-    python bench/step_time.py --schedules full,top,topfull/4,topfull/2,tail,freeze,cyclic   # CPU: SmolLM2-135M NF4, 4 x 256
+    # CPU: SmolLM2-135M NF4, 4 x 256
+    python bench/step_time.py --schedules full,top,topfull/4,topfull/2,tail,freeze,cyclic
     python bench/step_time.py --quant nf4,bf16 --checkpointing both --fractions 0.125,0.25,0.5
     python bench/step_time.py --device cuda --shapes smollm2-135m,qwen2.5-0.5b,llama-3.2-1b,qwen2.5-3b \
         --seq 512                                                # GPU: random weights of on-device shapes
@@ -29,15 +30,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcsb_core.config import LoraSettings, OptimSettings  # noqa: E402
-from lcsb_core.lora import apply_lora  # noqa: E402
-from lcsb_core.loss import autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak  # noqa: E402
-from lcsb_core.models.loading import load_base_model, resolve_model_path  # noqa: E402
-from lcsb_core.optim import build_optimizer  # noqa: E402
-from lcsb_core.schedules import make_schedule  # noqa: E402
-from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
-from lcsb_core.step import run_step  # noqa: E402
+from lcsb_core.config import LoraSettings, OptimSettings
+from lcsb_core.lora import apply_lora
+from lcsb_core.loss import autocast_for, lm_loss_sums
+from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak
+from lcsb_core.models.loading import load_base_model, resolve_model_path
+from lcsb_core.optim import build_optimizer
+from lcsb_core.schedules import make_schedule
+from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.step import run_step
 
 # Shapes of on-device models (Llama-architecture configs; random weights).
 SHAPES = {
@@ -246,7 +247,8 @@ def main(argv=None) -> None:
             for quant in args.quant.split(","):
                 rows += bench_model(folder, label, quant, args, device)
     print(f"device={args.device} batch={args.batch} seq={args.seq} rank={args.rank} "
-          f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} torch={torch.__version__}")
+          f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} "
+          f"torch={torch.__version__}")
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

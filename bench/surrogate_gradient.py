@@ -36,11 +36,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.probe_model import DATA, nf4_lora_with_random_b, smollm2_tokenizer_and_path  # noqa: E402
-from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches  # noqa: E402
-from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums  # noqa: E402
-from lcsb_core.schedules import CyclicSchedule  # noqa: E402
-from lcsb_core.selective import LayerMode, SelectiveBackprop  # noqa: E402
+from bench.probe_model import DATA, nf4_lora_with_random_b, smollm2_tokenizer_and_path
+from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches
+from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
+from lcsb_core.schedules import CyclicSchedule
+from lcsb_core.selective import LayerMode, SelectiveBackprop
 
 
 def setting_batches(name: str, tokenizer, n: int, scratch: Path) -> list[dict[str, torch.Tensor]]:
@@ -79,8 +79,11 @@ def accumulated_grads(model, sel: SelectiveBackprop, batches, selected, mode: La
     non_target, everything = {i: 0.0 for i in capture}, {i: 0.0 for i in capture}
     for batch in batches:
         outputs: dict[int, torch.Tensor] = {}
-        hooks = [sel.layers[i].register_forward_hook(
-            lambda m, a, out, i=i: outputs.__setitem__(i, (out[0] if isinstance(out, tuple) else out))) for i in capture]
+        def keep(m, a, out, i, outputs=outputs):
+            outputs[i] = out[0] if isinstance(out, tuple) else out
+
+        hooks = [sel.layers[i].register_forward_hook(lambda m, a, out, i=i, keep=keep: keep(m, a, out, i))
+                 for i in capture]
         with autocast_for(model):
             sums = lm_loss_sums(model, batch)
         for h in hooks:
@@ -116,7 +119,7 @@ def run_setting(name: str, model, sel: SelectiveBackprop, tokenizer, args) -> li
         share.append(sh)
     rows = []
     for block in blocks:
-        flat = lambda g: torch.cat([g[i] for i in block])  # noqa: E731
+        flat = lambda g, block=block: torch.cat([g[i] for i in block])  # noqa: E731
         surrogate = [flat(accumulated_grads(model, sel, s, block, LayerMode.SKIP)[0]) for s in sets]
         cos = [cosine(surrogate[j], flat(exact[j])) for j in range(2)]
         ratio = [float(surrogate[j].norm() / flat(exact[j]).norm()) for j in range(2)]

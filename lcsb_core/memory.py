@@ -151,7 +151,8 @@ def estimate_for_config(cfg) -> MemoryEstimate:
 
     folder = Path(resolve_model_path(cfg.model.name_or_path))
     model_config = json.loads((folder / "config.json").read_text())
-    files = sum(f.stat().st_size for f in folder.glob("*.safetensors")) or sum(f.stat().st_size for f in folder.glob("*.bin"))
+    files = (sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+             or sum(f.stat().st_size for f in folder.glob("*.bin")))
     schedule = schedule_for(cfg.lcsb, num_layers=model_config["num_hidden_layers"])
     device = "cpu" if cfg.model.device in ("cpu", "auto") else cfg.model.device
     import torch

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lcsb_core.errors import ConfigError
 
@@ -57,13 +57,15 @@ def resolve_k(num_layers: int, k: int | None = None, fraction: float | None = No
             `fraction`.
     """
     if (k is None) == (fraction is None):
-        raise ConfigError("lcsb: give exactly one of `k` (layers per step) or `fraction`")
+        raise ConfigError("lcsb.k", "give exactly one of {lcsb.k} (layers per step) or {lcsb.fraction}",
+                          mentions=("lcsb.k", "lcsb.fraction"))
     if k is not None:
         if not 1 <= k <= num_layers:
-            raise ConfigError(f"lcsb.k must be in [1, {num_layers}] (the model's decoder layers), got {k}")
+            raise ConfigError("lcsb.k", f"must be in [1, {num_layers}] (the model's decoder layers), got {k}")
         return int(k)
+    assert fraction is not None  # exactly one of the two is given (checked above)
     if not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"lcsb.fraction must be in (0, 1], got {fraction}")
+        raise ConfigError("lcsb.fraction", f"must be in (0, 1], got {fraction}")
     return max(1, min(num_layers, round(fraction * num_layers)))
 
 
@@ -289,7 +291,7 @@ class ImportanceSchedule:
         self.observe({int(i): v for i, v in (state or {}).get("scores", {}).items()})
 
 
-_CLASSES: dict[str, type] = {c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule,
+_CLASSES: dict[str, Any] = {c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule,
                                                  TopSchedule, TopFullSchedule, TailSchedule, FullSchedule)}
 SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
 """Every schedule name, in the order the docs list them."""
@@ -320,7 +322,7 @@ def check_full_every(full_every) -> int:
         ConfigError: otherwise, naming `lcsb.full_every`.
     """
     if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 2:
-        raise ConfigError(f"lcsb.full_every must be an integer >= 2 (steps between full backward passes), "
+        raise ConfigError("lcsb.full_every", "must be an integer >= 2 (steps between full backward passes), "
                           f"got {full_every!r}")
     return full_every
 
@@ -336,7 +338,7 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
     """
     cls = _CLASSES.get(name)
     if cls is None:
-        raise ConfigError(f"lcsb.schedule must be one of {', '.join(SCHEDULES)}; got {name!r}")
+        raise ConfigError("lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}; got {name!r}")
     if cls is FullSchedule:
         return FullSchedule(num_layers, num_layers)
     if k is None and fraction is None:

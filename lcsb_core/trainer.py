@@ -56,7 +56,7 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.model, self.tokenizer = model, tokenizer
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
-        self.device = device
+        self.device: torch.device = device  # type: ignore[assignment]  # resolved by setup()
         self.files = RunFiles(config.output_dir)
         self.run = RunState()
         self._ready = False
@@ -112,7 +112,8 @@ class Trainer:
             yield {k: v.to(self.device) for k, v in batch.items()}
 
     def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
-        stream = (b for epoch in itertools.count() for b in self._batches(self.train_dataset, epoch=epoch, shuffle=True))
+        stream = (b for epoch in itertools.count()
+                  for b in self._batches(self.train_dataset, epoch=epoch, shuffle=True))
         skip = start_step * self.config.gradient_accumulation_steps
         yield from itertools.islice(stream, skip, None)
 
@@ -198,7 +199,8 @@ class Trainer:
         for batch in self._batches(self.eval_dataset, epoch=0, shuffle=False):
             with autocast_for(self.model):
                 sums = lm_loss_sums(self.model, batch, with_accuracy=True)
-            loss_sum, targets, correct = loss_sum + float(sums.loss_sum), targets + sums.num_targets, correct + sums.num_correct
+            loss_sum += float(sums.loss_sum)
+            targets, correct = targets + sums.num_targets, correct + sums.num_correct
         self.model.train()
         report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),
                             eval_token_accuracy=correct / max(targets, 1), eval_target_tokens=targets,

@@ -37,7 +37,7 @@ def _reporting(what: str, job_id: str) -> Iterator[None]:
     the job."""
     try:
         yield
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.warning("job %s: could not record %s", job_id, what, exc_info=True)
 
 
@@ -116,6 +116,6 @@ class JobReporter(TrainerCallback):
         try:
             with self.db.session() as s:
                 return transitions.should_stop(s, self.job_id)
-        except Exception:  # noqa: BLE001 - a database blip must not end a long run; the reaper bounds outages
+        except Exception:
             log.warning("could not read job %s's status; going on", self.job_id, exc_info=True)
             return False

@@ -46,7 +46,8 @@ def test_answers_match_compares_numbers_not_strings():
 def test_extract_answer_on_real_gsm8k_rows():
     import json
 
-    rows = [json.loads(line) for line in (BENCH.parents[1] / "shared/data/gsm8k/test.jsonl").read_text().splitlines()[:50]]
+    lines = (BENCH.parents[1] / "shared/data/gsm8k/test.jsonl").read_text().splitlines()[:50]
+    rows = [json.loads(line) for line in lines]
     answers = [quality.extract_answer(r["answer"]) for r in rows]
     assert all(a is not None for a in answers)
     assert answers[0] == "18"  # Janet's ducks: (16 - 3 - 4) * 2

@@ -28,8 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from lcsb_service import transitions
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.ids import utcnow
-from tests.api.conftest import (LiveServer, Tenant, app, client, migrate, model_dir, new_tenant,  # noqa: F401
-                                settings, start_api)
+from tests.api.conftest import LiveServer, Tenant, app, client, migrate, model_dir, new_tenant, settings, start_api  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("LCSB_CHROMIUM", "/usr/bin/chromium")
@@ -47,7 +46,7 @@ def database_url(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def ui_server(settings) -> Iterator[LiveServer]:
+def ui_server(settings) -> Iterator[LiveServer]:  # noqa: F811 - the fixture imported from tests.api.conftest
     proc, url = start_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer",
                           LCSB_SSE_MAX_DURATION_S=str(SSE_MAX_DURATION_S), LCSB_SSE_POLL_INTERVAL_S="0.1")
     try:
@@ -165,7 +164,8 @@ class UI:
             let n = 0;
             for (const c of document.querySelectorAll(arguments[0])) {
               const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-              for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200)) n++;
+              for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 0 && (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200)) n++;
             }
             return n;""", css)
 
@@ -181,12 +181,12 @@ def ui(browser, ui_server) -> Iterator[UI]:
 
 
 @pytest.fixture
-def alice(app) -> Tenant:
+def alice(app) -> Tenant:  # noqa: F811 - the fixture imported from tests.api.conftest
     return new_tenant(app, "alice")
 
 
 @pytest.fixture
-def bob(app) -> Tenant:
+def bob(app) -> Tenant:  # noqa: F811 - the fixture imported from tests.api.conftest
     return new_tenant(app, "bob")
 
 
@@ -200,7 +200,8 @@ def cyclic_layers(step: int, k: int = 8) -> list[int]:
     return list(range(start, min(start + k, LAYERS)))
 
 
-def write_training(app, job_id: str, steps: range, total: int, *, eval_every: int = 0, start: bool = True,
+def write_training(app, job_id: str,  # noqa: F811 - the fixture of tests.api.conftest
+                   steps: range, total: int, *, eval_every: int = 0, start: bool = True,
                    end: bool = False, loss0: float = 2.5, step_s: float | None = None) -> None:
     """Record what a worker's reporter records for `steps` of a running job: the start event, metrics
     events (train loss, selected layers, peak memory), eval events every `eval_every` steps, progress,
@@ -232,7 +233,7 @@ def write_training(app, job_id: str, steps: range, total: int, *, eval_every: in
                             f"{900 + steps[-1]} MiB", data={"steps": steps[-1], "train_seconds": seconds}), steps[-1])
 
 
-def claim(app, job_id: str) -> None:
+def claim(app, job_id: str) -> None:  # noqa: F811 - the fixture imported from tests.api.conftest
     with app.state.db.session() as s:
         transitions.claim(s, job_id)
 

@@ -264,7 +264,8 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     assert ui.text("#form-error") == ""
     estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers, json={
         "model": "SmolLM2-135M-Instruct", "training_file": Select(ui.find("#f-training")).first_selected_option
-        .get_attribute("value"), "hyperparameters": {}, "method": {"lora": {"rank": 16}, "lcsb": {"schedule": "cyclic"}}})
+        .get_attribute("value"), "hyperparameters": {},
+        "method": {"lora": {"rank": 16}, "lcsb": {"schedule": "cyclic"}}})
     total = estimate.json()["memory_estimate"]["total_mib"]
     assert ui.text("#estimate-text").startswith(f"Estimated peak {total:.0f} MiB")
     assert "worker class cpu-6g (cap 6144 MiB" in ui.text("#estimate-text")

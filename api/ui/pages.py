@@ -18,6 +18,9 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from lcsb_core.config import LCSBSettings
+from lcsb_core.schedules import SCHEDULES, schedule_takes
+
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
 UPLOT = "uplot-1.6.32"  # the vendored uPlot folder under static/vendor (README there: version, license)
@@ -59,7 +62,9 @@ def jobs(request: Request) -> HTMLResponse:
 
 @router.get("/jobs/new")
 def new_job(request: Request) -> HTMLResponse:
-    return _page(request, "new_job.html", "New job", page="new-job")
+    return _page(request, "new_job.html", "New job", page="new-job", schedules=SCHEDULES,
+                 default_schedule=LCSBSettings().schedule,
+                 full_every_schedules=[n for n in SCHEDULES if schedule_takes("full_every", n)])
 
 
 @router.get("/jobs/{job_id}")

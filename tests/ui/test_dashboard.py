@@ -16,6 +16,8 @@ import time
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from lcsb_core.config import LCSBSettings
+from lcsb_core.schedules import SCHEDULES
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint, publish_run
 from lcsb_service.events import add_event
@@ -262,10 +264,13 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     Select(ui.find("#f-model")).select_by_value("SmolLM2-135M-Instruct")
     ui.wait(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-estimated") == "cpu-6g")
     assert ui.text("#form-error") == ""
+    schedule = Select(ui.find("#f-schedule"))
+    assert [o.text for o in schedule.options] == list(SCHEDULES)  # the core's list, its default preselected
+    assert schedule.first_selected_option.text == LCSBSettings().schedule
     estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers, json={
         "model": "SmolLM2-135M-Instruct", "training_file": Select(ui.find("#f-training")).first_selected_option
         .get_attribute("value"), "hyperparameters": {},
-        "method": {"lora": {"rank": 16}, "lcsb": {"schedule": "cyclic"}}})
+        "method": {"lora": {"rank": 16}, "lcsb": {"schedule": LCSBSettings().schedule}}})
     total = estimate.json()["memory_estimate"]["total_mib"]
     assert ui.text("#estimate-text").startswith(f"Estimated peak {total:.0f} MiB")
     assert "worker class cpu-6g (cap 6144 MiB" in ui.text("#estimate-text")

@@ -12,7 +12,8 @@
     const b = { model: $("f-model").value, training_file: $("f-training").value };
     if ($("f-validation").value) b.validation_file = $("f-validation").value;
     const hp = { learning_rate: num("f-lr"), n_epochs: num("f-epochs"), max_steps: num("f-steps") };
-    const lcsb = { schedule: $("f-schedule").value, k: num("f-k"), fraction: num("f-fraction") };
+    const lcsb = { schedule: $("f-schedule").value, k: num("f-k"), fraction: num("f-fraction"),
+                   full_every: num("f-full-every") };
     const method = { lora: { rank: num("f-rank") }, lcsb: lcsb, eval_every: num("f-eval") };
     b.hyperparameters = JSON.parse(JSON.stringify(hp));
     b.method = JSON.parse(JSON.stringify(method));

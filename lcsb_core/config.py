@@ -156,7 +156,8 @@ class DataSettings:
 class TrainConfig:
     """One run. `max_steps` (optimizer steps) and/or `epochs`: training stops at whichever comes first;
     with neither, one epoch. `eval_every`/`save_every`/`log_every` are in optimizer steps (0 = only at
-    the end for eval and save, never for log)."""
+    the end for eval and save, never for log). `eval_at_start`: evaluate before the first step (the
+    "before" loss; with a validation set); false starts training at once."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -171,6 +172,7 @@ class TrainConfig:
     eval_every: int = 0
     save_every: int = 0
     log_every: int = 1
+    eval_at_start: bool = True
     output_dir: str = "runs/run"
 
     def __post_init__(self) -> None:

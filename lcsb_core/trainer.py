@@ -126,7 +126,7 @@ class Trainer:
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
         self.run = RunState()
-        if start == 0 and self.eval_dataset is not None:
+        if start == 0 and self.eval_dataset is not None and cfg.eval_at_start:
             self.evaluate(0)
         for step in range(start, self.total_steps):
             if any(cb.should_cancel() for cb in self.callbacks):

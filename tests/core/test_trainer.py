@@ -155,6 +155,34 @@ def test_callbacks_receive_progress(tmp_path):
     assert seen[0].lr == pytest.approx(1e-2 / 2)  # warmup: step 1 of 2
 
 
+@pytest.mark.parametrize("eval_at_start", [True, False])
+def test_eval_at_start_decides_the_step_0_evaluation_only(tmp_path, eval_at_start):
+    events = []
+
+    class Record(TrainerCallback):
+        def on_step(self, r):
+            events.append(("step", r.step))
+
+        def on_eval(self, r):
+            events.append(("eval", r.step))
+
+    t = trainer(config(tmp_path, max_steps=4, eval_every=2, eval_at_start=eval_at_start), callbacks=[Record()])
+    summary = t.train()
+    later = [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("step", 4), ("eval", 4)]
+    assert events == ([("eval", 0)] if eval_at_start else []) + later
+    assert (summary["eval_loss_before"] is not None) == eval_at_start
+    assert math.isfinite(summary["eval_loss_after"])
+
+
+def test_eval_at_start_off_trains_the_same_weights(tmp_path):
+    runs = []
+    for flag in (True, False):
+        t = trainer(config(tmp_path / str(flag), eval_at_start=flag))
+        t.train()
+        runs.append(lora_tensors(t))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
 @pytest.mark.parametrize("schedule", ["random", "importance", "freeze"])
 def test_other_schedules_train(tmp_path, schedule):
     t = trainer(config(tmp_path, lcsb={"schedule": schedule, "k": 2, "importance_refresh_every": 3}))

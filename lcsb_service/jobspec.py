@@ -16,6 +16,7 @@ Mapping (API -> TrainConfig):
     method.lcsb.{schedule, k, fraction, full_every, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
     method.max_seq_len (default: the trainer's, at most the model's context_length), method.train_on_inputs -> data.*
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
+    method.eval_at_start                                                -> eval_at_start
     method.on_truncation                                                -> data.on_truncation
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
@@ -46,7 +47,8 @@ _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method",
                      "lcsb": "method.lcsb", "optim": "hyperparameters", "model.quantization": "method.quantization",
                      "batch_size": "hyperparameters.batch_size", "epochs": "hyperparameters.n_epochs",
                      "max_steps": "hyperparameters.max_steps", "eval_every": "method.eval_every",
-                     "save_every": "method.save_every", "data.on_truncation": "method.on_truncation",
+                     "save_every": "method.save_every", "eval_at_start": "method.eval_at_start",
+                     "data.on_truncation": "method.on_truncation",
                      "data.validation_file": "validation_file", "data.train_file": "training_file"}
 
 
@@ -155,7 +157,8 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         "lcsb": {k: v for k, v in (method.get("lcsb") or {}).items() if v is not None},
         "optim": {"learning_rate": hp["learning_rate"], **_given(hp, *_OPTIM)},
         "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
-        "seed": request["seed"], **_given(method, "eval_every", "save_every"), "output_dir": f"runs/{job_id}",
+        "seed": request["seed"], **_given(method, "eval_every", "save_every", "eval_at_start"),
+        "output_dir": f"runs/{job_id}",
     }
     try:
         cfg = TrainConfig.from_dict(raw)
@@ -218,6 +221,7 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
         "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
+        "eval_at_start": cfg.eval_at_start,
     }
 
 

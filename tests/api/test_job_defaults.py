@@ -4,6 +4,7 @@ descriptions read the trainer's defaults, and a job created without them gets `T
 from __future__ import annotations
 
 from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
+from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
 from tests.api.helpers import job_ok
 
@@ -24,6 +25,7 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
         OptimSettings.warmup_steps, OptimSettings.weight_decay, OptimSettings.lr_schedule, OptimSettings.learning_rate,
         TrainConfig.batch_size) == (0, 0.01, "linear", 1e-4, 4)
     assert m["stop_on_divergence"] is False
+    assert m["eval_at_start"] is TrainConfig.eval_at_start is True
 
 
 def test_given_values_replace_the_defaults(client, alice):
@@ -39,9 +41,22 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
     lora, method = schemas["LoraMethod"]["properties"], schemas["Method"]["properties"]
     assert all(p.get("default") is None for p in lora.values())
     assert lora["rank"]["description"] == f"LoRA rank r (default {LoraSettings.rank})" == "LoRA rank r (default 16)"
-    for name in ("lora", "lcsb", "quantization", "max_seq_len", "train_on_inputs", "eval_every", "save_every"):
+    for name in ("lora", "lcsb", "quantization", "max_seq_len", "train_on_inputs", "eval_every", "save_every",
+                 "eval_at_start"):
         assert method[name].get("default") is None, name
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
+    assert "(default true); false starts training at once" in method["eval_at_start"]["description"]
     assert schemas["JobObject"]["properties"]["status"]["$ref"].endswith("/JobStatus")
     assert schemas["JobStatus"]["enum"] == [s.value for s in JobStatus] == [
         "queued", "running", "succeeded", "failed", "cancelled"]
+
+
+def test_eval_at_start_false_reaches_the_trainer_config(client, alice, app):
+    job = job_ok(client, alice, method={"eval_at_start": False})
+    assert job["method"]["eval_at_start"] is False
+    with app.state.db.session() as s:
+        stored = s.get(Job, job["id"]).train_config
+    assert stored["eval_at_start"] is False and TrainConfig.from_dict(stored).eval_at_start is False
+    r = client.post("/v1/fine_tuning/jobs", headers=alice.headers,
+                    json={"model": job["model"], "training_file": job["training_file"], "method": {"eval_at_start": 0}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "method.eval_at_start"

@@ -27,18 +27,19 @@ class ConfigError(LCSBError, ValueError):
     `field` is the dotted config name ("lora.rank", "eval_every"; None when no single field is to
     blame); `message` says what is wrong with it, without the name. Other fields the message names are
     written as `{name}` placeholders and listed in `mentions`, so `describe` can rename them too.
-    Called with one argument (older callers), that argument is the whole message and `field` is None.
     """
 
     code = "invalid_config"
 
-    def __init__(self, field: str | None, message: str | None = None, *, mentions: tuple[str, ...] = ()) -> None:
-        if message is None:
-            field, message = None, field or ""
+    def __init__(self, field: str | None, message: str, *, mentions: tuple[str, ...] = ()) -> None:
         self.field = field
         self.message = message
         self.mentions = tuple(mentions)
         super().__init__(self.describe())
+
+    def __reduce__(self) -> tuple:
+        """Pickle by the constructor's arguments (the default would pass only the rendered text)."""
+        return _config_error, (type(self), self.field, self.message, self.mentions)
 
     def describe(self, name: Callable[[str], str] = str) -> str:
         """The message with every field (`field` and `mentions`) written as `name(field)`."""
@@ -46,6 +47,11 @@ class ConfigError(LCSBError, ValueError):
         for mention in self.mentions:
             text = text.replace("{" + mention + "}", name(mention))
         return f"{name(self.field)}: {text}" if self.field else text
+
+
+def _config_error(cls: type[ConfigError], field: str | None, message: str, mentions: tuple[str, ...]) -> ConfigError:
+    """Unpickle a ConfigError (see `ConfigError.__reduce__`)."""
+    return cls(field, message, mentions=mentions)
 
 
 class ModelLoadError(LCSBError):

@@ -163,7 +163,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     try:
         cfg = TrainConfig.from_dict(raw)
         cfg.check_honoured()
-        schedule = _schedule(cfg, model)
+        schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
         _check_schedule_options(method.get("lcsb") or {}, schedule)
     except ConfigError as exc:
         raise _request_error(exc) from exc
@@ -172,23 +172,6 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue)
-
-
-def _schedule(cfg: TrainConfig, model: ModelInfo) -> Any:
-    """The job's schedule on `model` (`schedule_for`, the one validation of `lcsb.k` against the layers).
-
-    Raises:
-        ConfigError: naming `lcsb.k` when it exceeds the model's decoder layers.
-    """
-    try:
-        return schedule_for(cfg.lcsb, num_layers=model.num_layers)
-    except ConfigError as exc:
-        if exc.field is not None or cfg.lcsb.k is None:
-            raise
-        # Transitional: lcsb_core.schedules does not name the field yet. LCSBSettings has checked every
-        # LCSB field but `k` against the model's layer count, so that is the one left to fail here.
-        raise ConfigError("lcsb.k", f"must be in [1, {model.num_layers}] (the model's decoder layers), "
-                                    f"got {cfg.lcsb.k}") from exc
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:

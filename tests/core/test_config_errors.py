@@ -3,6 +3,8 @@ the fields a message mentions through `describe`, never by parsing the text."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from lcsb_core.config import TrainConfig
@@ -41,6 +43,17 @@ def test_several_unknown_fields_name_no_single_field():
     assert err.field is None and str(err).startswith("unknown fields lora.a, lora.b; valid: ")
 
 
-def test_one_argument_is_a_whole_message_without_field():
-    err = ConfigError("lcsb.k must be in [1, 30], got 31")
-    assert err.field is None and str(err) == err.message == "lcsb.k must be in [1, 30], got 31"
+def test_the_field_survives_pickling():  # exceptions cross process boundaries that way
+    err = pickle.loads(pickle.dumps(_error({"eval_every": 3})))
+    assert (err.field, err.mentions) == ("eval_every", ("data.validation_file", "eval_every"))
+    assert str(err).startswith("eval_every: is 3, but periodic evaluation needs data.validation_file;")
+
+
+def test_the_schedules_errors_name_their_field():
+    from lcsb_core.config import LCSBSettings
+    from lcsb_core.schedules import schedule_for
+
+    with pytest.raises(ConfigError) as info:
+        schedule_for(LCSBSettings(k=31), num_layers=30)
+    assert (info.value.field, info.value.message) == ("lcsb.k",
+                                                      "must be in [1, 30] (the model's decoder layers), got 31")

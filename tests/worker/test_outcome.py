@@ -21,7 +21,7 @@ class OutOfMemoryError(RuntimeError):  # what torch.cuda.OutOfMemoryError is cal
                   "allocate 6442450944 bytes"), "oom", None),
     (OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom", None),
     (ModelLoadError("the base model 'x' is not installed on this worker"), "internal_error", None),
-    (ConfigError("lora.rank: must be an integer"), "internal_error", None),
+    (ConfigError("lora.rank", "must be an integer"), "internal_error", None),
     (KeyError("/srv/secret/path"), "internal_error", None),
 ])
 def test_codes(exc, code, param):

@@ -35,6 +35,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lcsb_core.models.shapes import parameter_count, projection_shapes
+
+if TYPE_CHECKING:
+    from lcsb_core.config import TrainConfig
 
 MIB = 1024 * 1024
 RUNTIME_MIB = {"cpu": 800.0, "cuda": 600.0}
@@ -71,14 +77,6 @@ class MemoryEstimate:
         return {**asdict(self), "training_mib": round(self.training_mib, 1), "total_mib": round(self.total_mib, 1)}
 
 
-def _shapes(cfg: dict) -> dict[str, tuple[int, int]]:
-    h, i = cfg["hidden_size"], cfg["intermediate_size"]
-    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-    hd = cfg.get("head_dim") or h // heads
-    return {"q_proj": (h, heads * hd), "k_proj": (h, kv * hd), "v_proj": (h, kv * hd), "o_proj": (heads * hd, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-
 def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_rank: int = 16,
                       target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                          "up_proj", "down_proj"),
@@ -102,9 +100,8 @@ def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_ran
         KeyError: the config lacks one of the fields above.
     """
     L, h, i, v = (model_config[x] for x in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size"))
-    shapes = _shapes(model_config)
-    linear_params = L * sum(a * b for a, b in shapes.values())
-    other_params = v * h * (1 if model_config.get("tie_word_embeddings", True) else 2) + L * 2 * h + h
+    shapes = projection_shapes(model_config)
+    linear_params, other_params = parameter_count(model_config)
     if quantization == "nf4":
         compute_dtype = compute_dtype or assumed_compute_dtype(device)
         act_scale = FP32_ACTIVATION_SCALE if compute_dtype == "fp32" else 1.0
@@ -140,28 +137,43 @@ def assumed_compute_dtype(device: str) -> str:
     return "bf16" if device.startswith("cuda") else "fp32"
 
 
-def estimate_for_config(cfg) -> MemoryEstimate:
+def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoint_bytes: int = 0,
+                 compute_dtype: str | None = None) -> MemoryEstimate:
+    """`estimate_peak_mib` for a `TrainConfig` on a model whose config.json is `model_config`: the one
+    mapping from a job's settings to the estimate (quantization, LoRA rank and targets, batch size,
+    `max_seq_len` as the sequence bound, the schedule's deepest backward, gradient checkpointing), used
+    by `lcsb estimate-memory` and by the service's routing to a worker class.
+
+    Raises:
+        KeyError: `model_config` lacks a field `estimate_peak_mib` reads.
+        ConfigError: the schedule settings are invalid for this model (e.g. `lcsb.k` above its layers).
+    """
+    from lcsb_core.schedules import schedule_for
+
+    schedule = schedule_for(cfg.lcsb, num_layers=model_config["num_hidden_layers"])
+    return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
+                             target_modules=tuple(cfg.lora.target_modules), batch_size=cfg.batch_size,
+                             seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
+                             gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
+                             checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype)
+
+
+def estimate_for_config(cfg: TrainConfig) -> MemoryEstimate:
     """Estimate for a `TrainConfig` (reads the model folder's config.json; resolves k from the fraction).
 
     Raises:
         ModelLoadError: the model folder cannot be found.
     """
     from lcsb_core.models.loading import resolve_model_path
-    from lcsb_core.schedules import schedule_for
 
     folder = Path(resolve_model_path(cfg.model.name_or_path))
     model_config = json.loads((folder / "config.json").read_text())
     files = (sum(f.stat().st_size for f in folder.glob("*.safetensors"))
              or sum(f.stat().st_size for f in folder.glob("*.bin")))
-    schedule = schedule_for(cfg.lcsb, num_layers=model_config["num_hidden_layers"])
     device = "cpu" if cfg.model.device in ("cpu", "auto") else cfg.model.device
     import torch
 
     from lcsb_core.models.quantization import compute_dtype
 
     dtype = "fp32" if compute_dtype(torch.device(device)) == torch.float32 else "bf16"
-    return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
-                             target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
-                             seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
-                             gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
-                             checkpoint_bytes=files, compute_dtype=dtype)
+    return estimate_for(cfg, model_config, device=device, checkpoint_bytes=files, compute_dtype=dtype)

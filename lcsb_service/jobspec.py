@@ -37,7 +37,7 @@ from typing import Any
 
 from lcsb_core.config import DataSettings, TrainConfig
 from lcsb_core.errors import ConfigError
-from lcsb_core.memory import estimate_peak_mib
+from lcsb_core.memory import estimate_for
 from lcsb_core.schedules import schedule_for
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest, Unprocessable
@@ -216,11 +216,7 @@ def route(model: ModelInfo, cfg: TrainConfig, schedule, settings: Settings) -> t
     """
     best: dict[str, Any] | None = None
     for wc in sorted(settings.worker_classes, key=lambda w: w.memory_mib):
-        est = estimate_peak_mib(model.config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
-                                target_modules=cfg.lora.target_modules, batch_size=cfg.batch_size,
-                                seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
-                                gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=wc.device,
-                                checkpoint_bytes=model.checkpoint_bytes)
+        est = estimate_for(cfg, model.config, device=wc.device, checkpoint_bytes=model.checkpoint_bytes)
         summary = {**est.to_dict(), "k": schedule.k, "device": wc.device, "queue": wc.queue,
                    "memory_cap_mib": wc.memory_mib,
                    "required_mib": round(est.total_mib * (1 + settings.memory_headroom), 1)}

@@ -1,5 +1,6 @@
-"""`lcsb jobs follow`: read a job's event stream to the end with a progress bar, then report how the
-job ended. Exit code 0 when it succeeded, 1 when it failed or was cancelled.
+"""`lcsb jobs follow`: read a job's event stream to the end with a progress bar (without a terminal,
+plain progress lines: `render.FollowDisplay`), then report how the job ended. Exit code 0 when it
+succeeded, 1 when it failed or was cancelled.
 
     code = follow_job(svc, "ftjob-...", console)            # from the first event
     code = follow_job(svc, "ftjob-...", console, after="ftevent-...")   # only events after that one

@@ -8,8 +8,10 @@ text (never parsed as rich markup).
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rich.console import Console
 from rich.progress import (
@@ -32,10 +34,22 @@ STATUS_STYLES = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "
 LEVEL_STYLES = {"warn": "yellow", "error": "red"}
 
 
+NON_TERMINAL_WIDTH = 1000  # columns of output that is not a terminal: tables keep their natural width
+
+
 def consoles() -> tuple[Console, Console]:
     """(stdout console for results, stderr console for progress and errors), built at call time so
-    they follow the current streams and terminal width."""
-    return Console(highlight=False), Console(stderr=True, highlight=False)
+    they follow the current streams and terminal width. A stream that is not a terminal (`lcsb jobs
+    list | cat`, a log file) gets a fixed width of `NON_TERMINAL_WIDTH` unless `COLUMNS` is set, so
+    tables are printed at their full width instead of wrapped to rich's default of 80 columns."""
+    return _console(stderr=False), _console(stderr=True)
+
+
+def _console(*, stderr: bool) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = NON_TERMINAL_WIDTH
+    return console
 
 
 def print_error(console: Console, err: ClientError) -> None:
@@ -210,9 +224,15 @@ class DownloadProgress:
 class FollowDisplay:
     """A progress bar (steps done/total, loss, tokens/s, peak memory) updated from the job's metrics
     events; other events (started, evaluations, checkpoints, warnings, errors) print as lines above it.
-    Use as a context manager around the event loop; call `show(event)` per event."""
+    Use as a context manager around the event loop; call `show(event)` per event.
 
-    def __init__(self, console: Console, job: dict) -> None:
+    Without a terminal (a pipe, a log file, CI) the bar cannot redraw, so progress is also printed as
+    plain lines (`progress_line`): at the first step event, then whenever `line_every_fraction` of the
+    steps have passed or `line_every_s` seconds (by the events' timestamps) since the last line, and at
+    the last step."""
+
+    def __init__(self, console: Console, job: dict, *, line_every_fraction: float = 0.1,
+                 line_every_s: float = 30.0) -> None:
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
@@ -221,6 +241,11 @@ class FollowDisplay:
         self.task = self.progress.add_task("train", total=p.get("total_steps"),
                                            completed=p.get("steps_completed") or 0, stats="")
         self.events_seen = 0
+        # rich's Live redraws only on a terminal that is not dumb; elsewhere it prints the bar once at the end
+        self.lines = not console.is_terminal or console.is_dumb_terminal
+        self.line_every_fraction, self.line_every_s = line_every_fraction, line_every_s
+        self.rate = StepRate()
+        self.last_line: tuple[int, float] | None = None  # (step, event time) of the last progress line
 
     def __enter__(self) -> FollowDisplay:
         return self  # the bar starts with the first event: a stream refused at once prints only its error
@@ -238,14 +263,14 @@ class FollowDisplay:
         self.events_seen += 1
         data = event.get("data") or {}
         if event.get("type") == "metrics" and "train_loss" in data and "step" in data:
-            self._step(data)
+            self._step(data, float(event.get("created_at") or 0))
             return
         if data.get("total_steps") and "step" not in data:  # "Training started: N steps, ..."
             self.progress.update(self.task, total=data["total_steps"])
-        stamp = datetime.fromtimestamp(event.get("created_at") or 0).strftime("%H:%M:%S")
-        self.note(f"{stamp} {event.get('message', '')}", LEVEL_STYLES.get(event.get("level", ""), ""))
+        self.note(f"{_clock(event.get('created_at'))} {event.get('message', '')}",
+                  LEVEL_STYLES.get(event.get("level", ""), ""))
 
-    def _step(self, data: dict) -> None:
+    def _step(self, data: dict, at: float) -> None:
         stats = [f"loss {data['train_loss']:.4f}"]
         if data.get("tokens_per_s") is not None:
             stats.append(f"{data['tokens_per_s']:,.0f} tok/s")
@@ -253,3 +278,61 @@ class FollowDisplay:
             stats.append(f"peak {data['peak_memory_mib']:,.0f} MiB")
         self.progress.update(self.task, completed=data["step"], total=data.get("total_steps") or None,
                              stats="  ".join(stats))
+        self.rate.add(data["step"], at, data.get("step_time_s"))
+        if self.lines and self._line_due(data["step"], data.get("total_steps"), at):
+            self.last_line = (data["step"], at)
+            self.note(progress_line(data, at, self.rate.eta_s(data["step"], data.get("total_steps"))), "")
+
+    def _line_due(self, step: int, total: int | None, at: float) -> bool:
+        if self.last_line is None or (total and step >= total):
+            return True
+        last_step, last_at = self.last_line
+        every = max(1, math.ceil(total * self.line_every_fraction)) if total else None
+        return (every is not None and step - last_step >= every) or at - last_at >= self.line_every_s
+
+
+class StepRate:
+    """Seconds per optimizer step as measured from the step events: the wall time between the first
+    step event seen and the latest, over the steps between them (so evaluations and checkpoints between
+    steps count, the model load and the step-0 evaluation before the first step do not); until two
+    events are a second apart, the last step's own `step_time_s`."""
+
+    def __init__(self) -> None:
+        self.first: tuple[int, float] | None = None
+        self.latest: tuple[int, float] | None = None
+        self.step_time_s: float | None = None
+
+    def add(self, step: int, at: float, step_time_s: float | None) -> None:
+        """Record the step event of `step`, created at `at` (Unix seconds)."""
+        if self.first is None:
+            self.first = (step, at)
+        self.latest = (step, at)
+        if step_time_s is not None:
+            self.step_time_s = float(step_time_s)
+
+    def seconds_per_step(self) -> float | None:
+        """The measured seconds per step, or None before any step event."""
+        if self.first and self.latest and self.latest[0] > self.first[0] and self.latest[1] > self.first[1]:
+            return (self.latest[1] - self.first[1]) / (self.latest[0] - self.first[0])
+        return self.step_time_s
+
+    def eta_s(self, step: int, total: int | None) -> float | None:
+        """Seconds left after `step` of `total` at the measured rate (None without a total or a rate)."""
+        per_step = self.seconds_per_step()
+        return None if not total or per_step is None else max(0, total - step) * per_step
+
+
+def _clock(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts or 0).strftime("%H:%M:%S")
+
+
+def progress_line(data: dict, at: float, eta_s: float | None) -> str:
+    """One plain progress line from a step event's data: `12:03:04 step 20/100 (20%)  loss 1.2345
+    1,235 tok/s  ETA 0:03:28` (fields the event lacks are left out; ETA `-` without a rate)."""
+    step, total = data["step"], data.get("total_steps")
+    parts = [f"{_clock(at)} step {step}/{total} ({100 * step / total:.0f}%)" if total else f"{_clock(at)} step {step}",
+             f"loss {data['train_loss']:.4f}"]
+    if data.get("tokens_per_s") is not None:
+        parts.append(f"{data['tokens_per_s']:,.0f} tok/s")
+    parts.append(f"ETA {timedelta(seconds=round(eta_s))}" if eta_s is not None else "ETA -")
+    return "  ".join(parts)

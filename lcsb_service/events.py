@@ -45,9 +45,10 @@ def add_event(session: Session, job_id: str, message: str, *, level: str = "info
 
 def record_progress(session: Session, job_id: str, *, steps_completed: int, total_steps: int | None,
                     trained_tokens: int | None = None, peak_memory_mib: float | None = None,
-                    elapsed_s: float | None = None) -> None:
-    """Update a running job's progress and heartbeat; `estimated_finish` extrapolates the mean step time
-    (`elapsed_s / steps_completed`) over the remaining steps. Only a `running` job is updated."""
+                    elapsed_s: float | None = None, steps_timed: int | None = None) -> None:
+    """Update a running job's progress and heartbeat; `estimated_finish` extrapolates the measured step
+    rate, `elapsed_s` seconds over `steps_timed` steps (default: all `steps_completed`), over the
+    remaining steps. Only a `running` job is updated."""
     now = utcnow()
     values: dict[str, Any] = {"steps_completed": steps_completed, "total_steps": total_steps,
                               "heartbeat_at": now, "updated_at": now}
@@ -55,8 +56,9 @@ def record_progress(session: Session, job_id: str, *, steps_completed: int, tota
         values["trained_tokens"] = trained_tokens
     if peak_memory_mib is not None:
         values["peak_memory_mib"] = peak_memory_mib
-    if elapsed_s is not None and steps_completed > 0 and total_steps:
-        remaining = max(0, total_steps - steps_completed) * elapsed_s / steps_completed
+    timed = steps_completed if steps_timed is None else steps_timed
+    if elapsed_s is not None and timed > 0 and total_steps:
+        remaining = max(0, total_steps - steps_completed) * elapsed_s / timed
         values["estimated_finish"] = now + timedelta(seconds=remaining)
     session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING).values(**values))
 

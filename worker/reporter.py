@@ -52,6 +52,7 @@ class JobReporter(TrainerCallback):
         self.total_steps: int | None = None
         self.log_every = 1
         self.last_metrics: dict = {}
+        self.first_step: tuple[int, float] | None = None  # (steps done, trainer s) as this run's first step began
 
     def on_start(self, info: dict) -> None:
         self.total_steps, self.steps_done = info["total_steps"], info["start_step"]
@@ -74,10 +75,14 @@ class JobReporter(TrainerCallback):
                 "grad_norm": r.grad_norm, "tokens": r.tokens, "tokens_per_s": round(r.tokens_per_s, 1),
                 "step_time_s": round(r.step_time_s, 4), "peak_memory_mib": round(r.peak_memory_mib, 1),
                 "selected_layers": r.selected_layers}
+        if self.first_step is None:
+            self.first_step = (r.step - 1, r.elapsed_s - r.step_time_s)
+        # the step rate since this run's first step: the model load, the step-0 evaluation and steps done
+        # before a resume are not steps of this run; evaluations and checkpoints between steps are
         with _reporting("step progress", self.job_id), self.db.session() as s:
             record_progress(s, self.job_id, steps_completed=r.step, total_steps=r.total_steps,
                             trained_tokens=self.trained_tokens, peak_memory_mib=round(self.peak_mib, 1),
-                            elapsed_s=r.elapsed_s)
+                            elapsed_s=r.elapsed_s - self.first_step[1], steps_timed=r.step - self.first_step[0])
             if (self.log_every and r.step % self.log_every == 0) or r.step == r.total_steps:
                 add_event(s, self.job_id, f"Step {r.step}/{r.total_steps}: training loss={r.loss:.4f}",
                           type="metrics", data=data)

@@ -4,16 +4,19 @@ real migrated database of each backend."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import select
 
+from lcsb_core.callbacks import StepReport
 from lcsb_service import transitions
 from lcsb_service.db import Database
 from lcsb_service.errors import Conflict, NotFound
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.models import Job, JobEvent
 from tests.api.helpers import job_ok
+from worker.reporter import JobReporter
 
 
 @pytest.fixture
@@ -150,3 +153,40 @@ def test_progress_and_events(client, alice, db, job_id):
     assert 140 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 160  # 15 steps x 10 s
     event = client.get(f"/v1/fine_tuning/jobs/{job_id}/events?limit=1", headers=alice.headers).json()["data"][0]
     assert event["type"] == "metrics" and event["data"] == {"step": 5, "train_loss": 1.5}
+
+
+def step_report(step: int, total: int, *, step_time_s: float, elapsed_s: float) -> StepReport:
+    return StepReport(step=step, total_steps=total, loss=1.0, lr=1e-4, grad_norm=0.5, tokens=512, target_tokens=200,
+                      tokens_per_s=512 / step_time_s, step_time_s=step_time_s, peak_memory_mib=800.0,
+                      elapsed_s=elapsed_s)
+
+
+def test_estimated_finish_follows_the_measured_step_rate_of_a_running_job(client, alice, app, db, job_id):
+    def job() -> dict:
+        return client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=alice.headers).json()
+
+    def reporter() -> JobReporter:  # the worker's callback, writing to this database
+        return JobReporter(db, app.state.storage, job_id, "ft:x", threading.Event())
+
+    assert job()["estimated_finish"] is None  # queued
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    assert job()["estimated_finish"] is None  # running, no step yet
+    run = reporter()
+    run.on_step(step_report(1, 100, step_time_s=2.0, elapsed_s=32.0))  # after a 30 s step-0 evaluation
+    body = job()
+    assert 190 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 200  # 99 steps x 2 s, not 32 s
+    assert body["estimated_finish"] >= time.time() + 180
+    run.on_step(step_report(2, 100, step_time_s=2.0, elapsed_s=34.0))
+    run.on_step(step_report(3, 100, step_time_s=2.0, elapsed_s=46.0))  # a 10 s evaluation after step 2 counts
+    body = job()
+    assert 512 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 522  # 97 steps x 16 s / 3
+
+    resumed = reporter()  # a resumed run: its clock starts again at step 51
+    resumed.on_step(step_report(51, 100, step_time_s=2.0, elapsed_s=2.0))
+    resumed.on_step(step_report(52, 100, step_time_s=2.0, elapsed_s=4.0))
+    body = job()
+    assert 90 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 100  # 48 steps x 2 s
+    with db.session() as s:
+        transitions.finish(s, job_id, fine_tuned_model="ft:x")
+    assert job()["estimated_finish"] is None

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from lcsb_service import transitions
 from tests.api.helpers import SMOL, chat_lines
 from tests.client.conftest import ONE_BACKEND
-from tests.client.helpers import new_job, run_to_success, write_dataset
+from tests.client.helpers import new_job, run_to_success, start, write_dataset
 
 pytestmark = ONE_BACKEND
 
@@ -79,6 +80,21 @@ def test_submit_from_yaml_uploads_local_files(lcsb, tmp_path):
     assert cancelled.exit_code == 0 and cancelled.stdout.strip() == f"{job['id']} cancelled"
     again = lcsb("jobs", "cancel", job["id"])  # cancelling a cancelled job returns it
     assert again.exit_code == 0 and again.stdout.strip() == f"{job['id']} cancelled"
+
+
+def test_tables_without_a_terminal_keep_their_full_width(lcsb, svc, app, tmp_path):
+    job_id = new_job(svc, tmp_path, metadata={"suite": "width"})["id"]
+    start(app, job_id, total=3)
+    model = f"ft:SmolLM2-135M-Instruct:{'x' * 40}:{job_id}"  # a row far wider than rich's default 80 columns
+    with app.state.db.session() as s:
+        transitions.finish(s, job_id, fine_tuned_model=model, trained_tokens=1536)
+    piped = lcsb("jobs", "list", "--metadata", "suite=width", COLUMNS=None)  # not a terminal, no COLUMNS
+    assert piped.exit_code == 0, piped.output
+    header, row = piped.stdout.splitlines()
+    assert header.split() == ["id", "status", "model", "steps", "created", "fine-tuned", "model"]
+    assert row.split()[:3] == [job_id, "succeeded", SMOL] and row.split()[-1] == model and len(row) > 120
+    narrow = lcsb("jobs", "list", "--metadata", "suite=width", COLUMNS="80")  # COLUMNS is still obeyed
+    assert len(narrow.stdout.splitlines()) > 2 and max(len(line) for line in narrow.stdout.splitlines()) <= 80
 
 
 def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, tmp_path):

@@ -5,10 +5,12 @@ stood in for by a thread writing events and transitions through lcsb_service (as
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 
 import httpx
+import pytest
 from rich.console import Console
 
 from lcsb_client.follow import follow_job
@@ -49,6 +51,40 @@ def test_follow_shows_progress_and_exits_0_on_success(lcsb, svc, app, tmp_path):
     assert "5/5" in bar and "loss 0.5000" in bar and "1,234 tok/s" in bar and "peak 817 MiB" in bar
     assert "Step 3/5: training loss" not in err  # step events drive the bar, not lines
     assert err.rstrip().endswith(f"{job_id} succeeded: fine-tuned model ft:smol:follow, 2,560 trained tokens")
+
+
+def test_follow_without_a_terminal_prints_progress_lines_between_evaluations(lcsb, svc, app, tmp_path):
+    job_id = new_job(svc, tmp_path)["id"]
+
+    def worker() -> None:
+        time.sleep(0.3)
+        start(app, job_id, total=20)
+        for n in range(1, 21):
+            step(app, job_id, n, total=20)
+            if n % 10 == 0:
+                evaluate(app, job_id, n, total=20)
+        with app.state.db.session() as s:
+            transitions.finish(s, job_id, fine_tuned_model="ft:smol:lines", trained_tokens=20 * 512)
+
+    thread = in_background(worker)
+    r = lcsb("jobs", "follow", job_id)  # CliRunner's streams are not a terminal
+    thread.join(10)
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    pattern = re.compile(r"^\d\d:\d\d:\d\d step (\d+)/20 \((\d+)%\)  loss (-?\d\.\d{4})  1,234 tok/s  "
+                         r"ETA \d+:\d\d:\d\d$")
+    progress = [(i, pattern.match(line)) for i, line in enumerate(lines) if pattern.match(line)]
+    steps = [int(m[1]) for _, m in progress]
+    assert steps == [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 20]  # the first, every 10 % (2 steps), the last
+    for _, m in progress:
+        n = int(m[1])
+        assert int(m[2]) == round(100 * n / 20) and float(m[3]) == pytest.approx(round(1.0 - n / 10, 4))
+    evals = [i for i, line in enumerate(lines) if "Step 10/20: validation loss" in line or
+             "Step 20/20: validation loss" in line]
+    assert len(evals) == 2
+    between = [n for (i, m), n in zip(progress, steps, strict=True) if evals[0] < i < evals[1]]
+    assert between == [11, 13, 15, 17, 19, 20]
+    assert r.stderr.rstrip().endswith(f"{job_id} succeeded: fine-tuned model ft:smol:lines, 10,240 trained tokens")
 
 
 def test_follow_exits_1_with_the_error_when_the_job_fails(lcsb, svc, app, tmp_path):

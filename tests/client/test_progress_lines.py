@@ -1,0 +1,57 @@
+"""`lcsb jobs follow` without a terminal: the plain progress lines (every 10 % of the steps or 30 s by
+the events' clock, whichever comes first), their ETA from the measured step rate, and none on a
+terminal (the bar redraws there)."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+from rich.console import Console
+
+from lcsb_client.render import FollowDisplay, StepRate, progress_line
+from tests.client.helpers import step_data
+
+T0 = 1_800_000_000  # Unix seconds of the first step event
+
+
+def step_event(n: int, total: int, at: float) -> dict:
+    return {"type": "metrics", "created_at": at, "message": f"Step {n}/{total}: training loss",
+            "data": step_data(n, total)}
+
+
+def follow(events: list[dict], *, total: int, terminal: bool = False) -> list[str]:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=terminal)
+    with FollowDisplay(console, {"progress": {"total_steps": total}}) as display:
+        for event in events:
+            display.show(event)
+    return [line for line in out.getvalue().splitlines() if " step " in line]
+
+
+def test_a_line_every_30_s_when_10_percent_takes_longer():
+    # 1000 steps, so 10 % is 100 steps; seconds after the first step event:
+    times = {1: 0, 2: 10, 3: 20, 4: 31, 5: 40, 60: 60, 104: 70, 105: 80, 106: 100}
+    lines = follow([step_event(n, 1000, T0 + t) for n, t in times.items()], total=1000)
+    # step 1: the first; 4: 31 s after it; 60: 56 steps and 29 s after 4, none; 104: 100 steps after 4;
+    # 105: none; 106: 30 s after 104
+    assert [line.split()[2] for line in lines] == ["1/1000", "4/1000", "104/1000", "106/1000"]
+    assert lines[0].endswith("step 1/1000 (0%)  loss 0.9000  1,234 tok/s  ETA 0:06:40")  # 999 x 0.4 s
+    assert lines[1].endswith("ETA 2:51:32")  # 996 steps x 31 s / 3 steps
+
+
+def test_eta_is_the_remaining_steps_at_the_measured_rate():
+    rate = StepRate()
+    assert rate.seconds_per_step() is None and rate.eta_s(1, 10) is None
+    rate.add(1, T0, 0.4)
+    assert rate.seconds_per_step() == 0.4  # one event: the step's own time
+    rate.add(4, T0 + 30, 0.4)
+    assert rate.seconds_per_step() == 10.0  # 30 s over 3 steps: evaluations in between count
+    assert rate.eta_s(4, 1000) == 9960.0 and rate.eta_s(1000, 1000) == 0 and rate.eta_s(4, None) is None
+    line = progress_line(step_data(4, 1000), T0 + 30, rate.eta_s(4, 1000))
+    assert line.endswith("step 4/1000 (0%)  loss 0.6000  1,234 tok/s  ETA 2:46:00")
+    assert str(timedelta(seconds=9960)) == "2:46:00"
+
+
+def test_no_lines_on_a_terminal():
+    assert follow([step_event(n, 10, T0 + n) for n in range(1, 11)], total=10, terminal=True) == []

@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/lcsb ] && .venv/bin/python -c "import lcsb_client, worker, api" 2>/dev/null || bash scripts/setup.sh
 DATA=${LCSB_SHARED_DATA:-../shared/data}
+SPEC=${LCSB_MAIN_JOB_SPEC:-examples/gsm8k_job.yaml}   # another job spec (same data paths) to compare
 PORT=${LCSB_PORT:-8765}
 export LCSB_DATA_DIR="$PWD/runs/service" LCSB_ENVIRONMENT=development
 export LCSB_BASE_URL="http://127.0.0.1:$PORT/v1"
@@ -31,7 +32,7 @@ curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "API did not star
 echo "service: $LCSB_BASE_URL (API log runs/service/api.log, worker log runs/service/worker.log)"
 
 start=$(date +%s)
-job=$(.venv/bin/lcsb jobs submit examples/gsm8k_job.yaml --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")
+job=$(.venv/bin/lcsb jobs submit "$SPEC" --json | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['id'])")
 echo "job: $job"
 (umask 077; printf "%s\n" "$LCSB_API_KEY" > runs/service/api_key)
 echo "dashboard: http://127.0.0.1:$PORT/ui/jobs/$job while this runs (sign in with the key in runs/service/api_key)"

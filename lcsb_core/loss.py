@@ -49,7 +49,8 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     position_ids [B, T]) and return the summed next-token cross-entropy over positions whose label is
     not -100. Labels are unshifted (label t is predicted from position t-1), as in transformers.
     `with_accuracy` also counts argmax hits (an extra pass over the [N, vocab] logits: eval only).
-    Call inside `autocast_for(model)` for bf16 bases."""
+    Call inside `autocast_for(model)` for bf16 bases. A config's `final_logit_softcapping` is applied
+    as the model's own forward does (`cap * tanh(logits / cap)`)."""
     lm = causal_lm(model)
     kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
     hidden = lm.get_decoder()(input_ids=batch["input_ids"], use_cache=False, **kwargs).last_hidden_state
@@ -58,6 +59,8 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     picked = hidden[:, :-1][mask]  # [N, hidden]
     tgt = targets[mask]  # [N]
     logits = lm.get_output_embeddings()(picked).float()  # [N, vocab]
+    if cap := getattr(lm.config, "final_logit_softcapping", None):  # Gemma-2 (30.0); None for Gemma-3, Llama
+        logits = torch.tanh(logits / cap) * cap
     loss_sum = F.cross_entropy(logits, tgt, reduction="sum")
     num_correct = int((logits.detach().argmax(-1) == tgt).sum()) if with_accuracy else 0
     return LossSums(loss_sum, int(tgt.numel()), num_correct)

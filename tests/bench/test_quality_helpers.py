@@ -118,4 +118,7 @@ def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule(
     assert by["freeze"]["speed"] == pytest.approx(1.2)
     assert default == "topfull/4"  # freeze is better at that time but slower than the 1.35x rule allows
     table = report.decision_table(rows, default, 12)
-    assert "| topfull/4 (default) | n/a | 1.1000 | 0.0008 | 90% | 1.50x | 1.0000 |" in table
+    assert "| topfull/4 (default) | n/a | 1.1000 | 0.0008 | 90% | 1.50x | 1.0000 | 1.00 |" in table
+    # it reaches full's final loss (1.0) at its step 18, i.e. 18 / 1.5 = 12 full steps: 1.00x full's time
+    assert by["topfull/4"]["time_to_full_loss"] == pytest.approx(1.0)
+    assert by["top"]["time_to_full_loss"] is None  # never reaches 1.0 within its 24 steps

@@ -178,7 +178,8 @@ class Service:
 
     def create_job(self, file_id: str | None = None, model: str = TINY, **body) -> dict:
         file_id = file_id or self.upload(chat_rows(12))
-        method = {"quantization": "fp32", "max_seq_len": 64, "lora": {"rank": 2, "alpha": 4}, "lcsb": {"k": 1},
+        method = {"quantization": "fp32", "max_seq_len": 64, "lora": {"rank": 2, "alpha": 4},
+                  "lcsb": {"schedule": "cyclic", "k": 1},
                   **body.pop("method", {})}
         hp = {"batch_size": 2, "n_epochs": 1, "learning_rate": 1e-3, **body.pop("hyperparameters", {})}
         r = self.client.post("/v1/fine_tuning/jobs", headers=self.headers,

@@ -7,7 +7,7 @@ dataset paths allowed in place of file ids (uploaded first).
     hyperparameters: {n_epochs: 1, batch_size: 4, learning_rate: 2.0e-4}
     method:
       lora: {rank: 16, alpha: 32}
-      lcsb: {schedule: cyclic, fraction: 0.25}
+      lcsb: {schedule: topfull, fraction: 0.25}
     suffix: gsm8k
     seed: 42
     metadata: {project: demo}

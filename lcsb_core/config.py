@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import SCHEDULES, check_full_every, full_every_for, schedule_takes
+from lcsb_core.schedules import SCHEDULES, check_full_every, schedule_takes
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -71,7 +71,7 @@ class LCSBSettings:
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule)."""
 
-    schedule: str = "cyclic"
+    schedule: str = "topfull"  # chosen by the rule of BENCHMARKS.md section 6 (issue 11)
     k: int | None = None
     fraction: float | None = None
     full_every: int | None = None
@@ -186,8 +186,9 @@ class TrainConfig:
     def check_honoured(self) -> None:
         """Rules between fields for a run that reads its data from the files in `data`: every setting
         must take effect. Periodic evaluation (`eval_every` > 0) needs `data.validation_file`;
-        `eval_every`, `save_every`, `optim.warmup_steps` and `topfull`'s `lcsb.full_every` must not exceed
-        `max_steps` when it is set.
+        `eval_every`, `save_every`, `optim.warmup_steps` and a given `lcsb.full_every` must not exceed
+        `max_steps` when it is set (the default N applies as it can: a job shorter than N steps runs only
+        `topfull`'s top-k steps).
         The service checks this at job creation and `setup.load_datasets` before reading the files;
         library callers that pass datasets in memory (tests, benchmarks) need not.
 
@@ -205,7 +206,7 @@ class TrainConfig:
             _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
                    f"is {self.optim.warmup_steps}, more than {{max_steps}} ({self.max_steps}): the learning rate "
                    "would never reach its value", ("max_steps",))
-            every = full_every_for(self.lcsb.schedule, self.lcsb.full_every)
+            every = self.lcsb.full_every  # a given N only: with the default, a job shorter than N is `top`
             _check(every is None or every <= self.max_steps, "lcsb.full_every",
                    f"is {every}, more than {{max_steps}} ({self.max_steps}): no full backward step would run",
                    ("max_steps",))

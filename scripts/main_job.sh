@@ -2,8 +2,9 @@
 # The main job, through the service, on the embedded default: set up (if needed), start the API and
 # one CPU worker in the background (SQLite database, server-less filesystem broker, local artifact
 # folder, all under runs/service/), submit a real fine-tuning job over REST (SmolLM2-135M-Instruct in
-# 4-bit NF4, LCSB cyclic k = 1/4, 400 GSM8K training examples, 64 held-out GSM8K test examples),
-# follow its events, download the adapter and the selection history, print the result.
+# 4-bit NF4, the default schedule topfull: the top quarter of the layers per step, all of them every
+# 4th step; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
+# the adapter and the selection history, print the result beside full backprop's recorded reference.
 # Everything it starts is stopped on exit; each run starts from an empty runs/service/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,9 +48,12 @@ print("\nresult")
 print(f"  job              {job['id']}  {job['status']}  ({job.get('fine_tuned_model')})")
 print(f"  eval loss        {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f} "
       f"(64 held-out GSM8K test examples)")
-print(f"  steps            {summary['steps']} (LCSB {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
+print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
 print(f"  time             {summary['train_seconds']:.0f} s training, {time.time() - float(sys.argv[2]):.0f} s submit to download")
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
+ref = json.load(open("bench/results/main_job/full_reference_summary.json"))
+print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}, peak {ref['peak_memory_mib']:.0f} MiB on this same job "
+      "(a recorded reference, not run now: BENCHMARKS.md section 6)")
 print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "
       "runs/main-job/metrics.csv, runs/main-job/plots/")
 PY

@@ -19,7 +19,7 @@ from lcsb_core.config import (
     OptimSettings,
     TrainConfig,
 )
-from lcsb_core.schedules import SCHEDULES
+from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
@@ -87,7 +87,7 @@ class LCSBMethod(BaseModel):
     fraction: float | None = Field(default=None, gt=0, le=1, description="Layers per step as a fraction of the "
                                    "decoder layers (default 0.25); not with k, not with schedule full.")
     full_every: int | None = Field(default=None, ge=2, le=1_000_000, description="topfull only: a full backward "
-                                   "every N-th step (default 4); at most max_steps.")
+                                   f"every N-th step (default {DEFAULT_FULL_EVERY}); at most max_steps.")
     momentum_for_skipped: bool | None = Field(default=None, description=(
         "zero, not absent, gradients for the layers not trained at a step, so AdamW moves them by momentum "
         f"(default {str(LCSBSettings.momentum_for_skipped).lower()})"))

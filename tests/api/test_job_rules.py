@@ -27,7 +27,8 @@ def test_periodic_eval_without_a_validation_file(client, alice):
      "is 6, more than hyperparameters.max_steps (5)"),
     ({"hyperparameters": {"max_steps": 5, "warmup_steps": 6}}, "hyperparameters.warmup_steps",
      "is 6, more than hyperparameters.max_steps (5)"),
-    ({"hyperparameters": {"max_steps": 2}, "method": {"lcsb": {"schedule": "topfull"}}}, "method.lcsb.full_every",
+    ({"hyperparameters": {"max_steps": 2}, "method": {"lcsb": {"schedule": "topfull", "full_every": 4}}},
+     "method.lcsb.full_every",
      "is 4, more than hyperparameters.max_steps (2)"),
 ])
 def test_intervals_beyond_max_steps(client, alice, body, param, fragment):

@@ -148,5 +148,5 @@ def test_the_example_job_spec_is_accepted(lcsb, tmp_path):
     r = lcsb("jobs", "submit", spec, "--json")
     assert r.exit_code == 0, r.output
     job = json.loads(r.stdout)
-    assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == "cyclic"
+    assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == raw["method"]["lcsb"]["schedule"]
     assert lcsb("jobs", "cancel", job["id"]).exit_code == 0

@@ -159,8 +159,16 @@ def test_full_every_only_with_topfull_and_within_max_steps():
     cfg = lambda **lcsb: TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "max_steps": 2,  # noqa: E731
                                                 "lcsb": {"schedule": "topfull", **lcsb}})
     with pytest.raises(ConfigError, match=r"lcsb.full_every: is 4, more than max_steps \(2\)"):
-        cfg().check_honoured()  # the default N = 4 would never run a full step in 2 steps
+        cfg(full_every=4).check_honoured()  # a given N = 4 would never run a full step in 2 steps
     cfg(full_every=2).check_honoured()
+    cfg().check_honoured()  # the default N applies as it can: a 2-step job of the default schedule runs
+
+
+def test_the_default_schedule_is_topfull_every_4th_step():
+    """The product default chosen by the decision grid (BENCHMARKS.md section 6)."""
+    sched = schedule_for(LCSBSettings(), num_layers=30)
+    assert (sched.name, sched.k, sched.full_every, sched.identity_skip) == ("topfull", 8, 4, False)
+    assert [len(sched.layers_for_step(t)) for t in range(8)] == [8, 8, 8, 30, 8, 8, 8, 30]
 
 
 @pytest.mark.parametrize("name", [n for n in SCHEDULES if n != "importance"])

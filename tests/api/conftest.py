@@ -192,9 +192,10 @@ def start_api(settings: Settings, **env: str) -> tuple[subprocess.Popen, str]:
         time.sleep(0.1)
 
 
-@pytest.fixture(scope="session")
-def live_server(settings) -> Iterator[LiveServer]:
-    proc, url = start_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer")
+@contextmanager
+def serving_api(settings: Settings, **env: str) -> Iterator[LiveServer]:
+    """`start_api`, yielding the LiveServer; on exit the process is terminated (killed after 10 s)."""
+    proc, url = start_api(settings, **env)
     try:
         yield LiveServer(url=url, pid=proc.pid)
     finally:
@@ -203,3 +204,9 @@ def live_server(settings) -> Iterator[LiveServer]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def live_server(settings) -> Iterator[LiveServer]:
+    with serving_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer") as server:
+        yield server

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from lcsb_service import transitions
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.ids import utcnow
-from tests.api.conftest import LiveServer, Tenant, app, client, migrate, model_dir, new_tenant, settings, start_api  # noqa: F401
+from tests.api.conftest import LiveServer, Tenant, app, client, migrate, model_dir, new_tenant, serving_api, settings  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("LCSB_CHROMIUM", "/usr/bin/chromium")
@@ -47,16 +46,9 @@ def database_url(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def ui_server(settings) -> Iterator[LiveServer]:  # noqa: F811 - the fixture imported from tests.api.conftest
-    proc, url = start_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer",
-                          LCSB_SSE_MAX_DURATION_S=str(SSE_MAX_DURATION_S), LCSB_SSE_POLL_INTERVAL_S="0.1")
-    try:
-        yield LiveServer(url=url, pid=proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with serving_api(settings, LCSB_ENQUEUER="lcsb_service.enqueue:LoggingEnqueuer",
+                     LCSB_SSE_MAX_DURATION_S=str(SSE_MAX_DURATION_S), LCSB_SSE_POLL_INTERVAL_S="0.1") as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.db import Database
 from lcsb_service.keys import create_key
 from lcsb_service.settings import Settings, WorkerClass
-from tests.api.conftest import SECRET, LiveServer, Tenant, migrate, settings_env, start_api
+from tests.api.conftest import SECRET, LiveServer, Tenant, migrate, serving_api, settings_env
 from tests.ui.conftest import UI, wait_for
 from tests.worker.conftest import start_worker  # noqa: F401 - the fixture
 
@@ -54,15 +54,8 @@ def service(embedded, start_worker) -> Iterator[LiveServer]:  # noqa: F811 - the
     """The API under uvicorn sending jobs with the Celery enqueuer, and one real worker."""
     worker = start_worker(embedded)
     assert worker.proc.poll() is None
-    proc, url = start_api(embedded, LCSB_ENQUEUER="worker.enqueue:CeleryEnqueuer")
-    try:
-        yield LiveServer(url=url, pid=proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with serving_api(embedded, LCSB_ENQUEUER="worker.enqueue:CeleryEnqueuer") as server:
+        yield server
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ def _load(name: str):
 
 quality = _load("quality")
 report = _load("quality_report")
+decide = _load("schedule_decision")
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -108,7 +109,7 @@ def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule(
             _lr_run("top", 8e-4, [(0, 2.0), (12, 1.4), (24, 1.2)], 24),
             _lr_run("topfull/4", 8e-4, [(0, 2.0), (12, 1.1), (24, 0.9)], 24),
             _lr_run("freeze", 8e-4, [(0, 2.0), (12, 1.05), (24, 0.5)], 24)]
-    rows, default = report.decision(runs, 12, STEP_ROWS)
+    rows, default = decide.decision(runs, 12, STEP_ROWS)
     by = {r["schedule"]: r for r in rows}
     assert by["full"]["best_lr"] == 8e-4 and by["top"]["best_lr"] == 8e-4
     assert by["top"]["recovered"] == pytest.approx((2.0 - 1.4) / (2.0 - 1.0))
@@ -117,7 +118,7 @@ def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule(
     assert by["topfull/4"]["eval_loss_at_full_time"] == pytest.approx(1.0)
     assert by["freeze"]["speed"] == pytest.approx(1.2)
     assert default == "topfull/4"  # freeze is better at that time but slower than the 1.35x rule allows
-    table = report.decision_table(rows, default, 12)
+    table = decide.decision_table(rows, default, 12)
     assert "| topfull/4 (default) | n/a | 1.1000 | 0.0008 | 90% | 1.50x | 1.0000 | 1.00 |" in table
     # it reaches full's final loss (1.0) at its step 18, i.e. 18 / 1.5 = 12 full steps: 1.00x full's time
     assert by["topfull/4"]["time_to_full_loss"] == pytest.approx(1.0)

@@ -6,6 +6,8 @@
     python bench/quality_report.py step-time bench/results/step_time_cpu.json --plots bench/plots
     python bench/quality_report.py decision bench/results/schedules --steps 24 \
         --step-time bench/results/step_time_schedules_cpu.json          # the product-default rule
+    python bench/quality_report.py confirm bench/results/schedules_confirm/gsm8k bench/results/schedules_decision \
+        --steps 32 --step-time bench/results/step_time_schedules_cpu_avx512_b.json   # the rule's view over seeds
 
 Equal steps: each schedule's eval at `--steps` (the cyclic runs that went on longer are read at that
 step; with a constant learning rate after warmup their first `--steps` steps are the shorter run's).
@@ -293,7 +295,7 @@ def plot_step_time(rows: list[dict], out: Path) -> Path:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time", "decision"])
+    ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time", "decision", "confirm"])
     ap.add_argument("source", nargs="+", help="results folder(s) (or the step-time JSON file)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--plots", default="", help="folder for PNG plots")
@@ -314,6 +316,12 @@ def main(argv=None) -> None:
         rows, default = decision(runs, args.steps, json.loads(Path(args.step_time).read_text()))
         print(decision_table(rows, default, args.steps))
         print(f"\ndefault by the rule (>= {SPEED_RULE}x faster per step, lowest eval loss at full's time): {default}")
+        return
+    if args.table == "confirm":
+        from bench.schedule_decision import confirmation, confirmation_table
+
+        step_rows = json.loads(Path(args.step_time).read_text()) if args.step_time else []
+        print(confirmation_table(confirmation(runs, args.steps, step_rows), args.steps))
         return
     if args.table == "stability":
         # reference runs from the quality grid: seed 0, momentum on, the same lr, full / cyclic / freeze

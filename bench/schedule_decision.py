@@ -35,7 +35,8 @@ def speed_vs_full(step_rows: list[dict], label: str) -> float | None:
     return full["step_s"] / row["step_s"] if full and row else None
 
 
-def decision(runs: list[dict], steps: int, step_rows: list[dict]) -> tuple[list[dict], str | None]:
+def decision(runs: list[dict], steps: int, step_rows: list[dict],
+             anchor: int | None = None) -> tuple[list[dict], str | None]:
     """Each schedule at its own best learning rate (lowest eval loss at `steps`), with the share of full
     backprop's gain it recovers at `steps` (full also at its best lr), its speed per step, and two
     equal-time views anchored at full backprop's *last* evaluation (step F, its final eval loss):
@@ -43,6 +44,7 @@ def decision(runs: list[dict], steps: int, step_rows: list[dict]) -> tuple[list[
       evaluations; None past the run's end);
     - `time_to_full_loss`: the time it needs to reach full's final loss, as a fraction of full's F
       steps (its interpolated step / speed / F; None if never reached within the run).
+    `anchor` moves the equal-time anchor from full's last evaluation to its evaluation at step `anchor`.
     Time is counted in steps times the side-by-side step-time ratio, not in the runs' own seconds, so
     other jobs sharing the machine during the grid do not enter. Returns the rows and the default by
     the rule: lowest equal-time eval loss among schedules >= `SPEED_RULE`x faster (a schedule without
@@ -62,8 +64,9 @@ def decision(runs: list[dict], steps: int, step_rows: list[dict]) -> tuple[list[
                      "speed": speed_vs_full(step_rows, label), "run": per_lr[best_lr],
                      "steps_run": per_lr[best_lr]["spec"]["steps"]})
     full = next((r for r in rows if r["schedule"] == "full"), None)
-    final_step = full["run"]["evals"][-1]["step"] if full else steps
-    final_loss = full["run"]["evals"][-1]["eval_loss"] if full else None
+    anchor_eval = (eval_at(full["run"], anchor) if anchor is not None else full["run"]["evals"][-1]) if full else None
+    final_step = anchor_eval["step"] if anchor_eval else steps
+    final_loss = anchor_eval["eval_loss"] if anchor_eval else None
     for r in rows:
         r["recovered"] = (base - r["eval_loss"]) / (base - full["eval_loss"]) if full else None
         curve = [(e["step"], e["eval_loss"]) for e in r.pop("run")["evals"]]
@@ -88,4 +91,57 @@ def decision_table(rows: list[dict], default: str | None, steps: int) -> str:
                    + " | ".join(show(r["losses"].get(lr), "{:.4f}") for lr in lrs)
                    + f" | {r['best_lr']:g} | {show(r['recovered'], '{:.0%}')} | {show(r['speed'], '{:.2f}x')} | "
                    + f"{show(r['eval_loss_at_full_time'], '{:.4f}')} | {show(r['time_to_full_loss'], '{:.2f}')} |")
+    return "\n".join(out)
+
+
+def confirmation(runs: list[dict], steps: int, step_rows: list[dict]) -> list[dict]:
+    """The confirmation view of the decision, over seeds: `decision` applied to each seed's runs alone
+    (each seed's gain is measured against full backprop of the *same* seed; equal time is anchored at
+    full's evaluation at `steps`), then, per schedule present for every seed, the per-seed values in
+    seed order. Returns rows with `schedule`, `seeds`, `eval_loss`, `recovered`,
+    `eval_loss_at_full_time`, `full_at_full_time` (full's own final eval loss, the equal-time anchor)
+    and `time_to_full_loss`, each a list over seeds (an entry is None where a seed lacks the value)."""
+    by_seed: dict[int, list[dict]] = defaultdict(list)
+    for r in runs:
+        by_seed[r["spec"]["seed"]].append(r)
+    out: dict[str, dict] = {}
+    keys = ("eval_loss", "recovered", "eval_loss_at_full_time", "time_to_full_loss")
+    for seed in sorted(by_seed):
+        rows, _ = decision(by_seed[seed], steps, step_rows, anchor=steps)
+        full_final = next((e["eval_loss"] for r in by_seed[seed] if label_of(r) == "full"
+                           for e in [eval_at(r, steps)] if e), None)
+        for row in rows:
+            agg = out.setdefault(row["schedule"], {"schedule": row["schedule"], "seeds": [],
+                                                   "full_at_full_time": [], **{k: [] for k in keys}})
+            agg["seeds"].append(seed)
+            agg["full_at_full_time"].append(full_final)
+            for k in keys:
+                agg[k].append(row[k])
+    everywhere = [r for r in out.values() if len(r["seeds"]) == len(by_seed)]
+    return sorted(everywhere, key=lambda r: (r["schedule"] != "full", r["schedule"]))
+
+
+def confirmation_table(rows: list[dict], steps: int) -> str:
+    """Markdown of `confirmation`'s rows: mean ± sd over seeds (sample sd), with the per-seed values."""
+    from bench.quality_report import mean_sd
+
+    def cell(values: list, fmt: str, scale: float = 1.0) -> str:
+        vals = [v * scale for v in values if v is not None]
+        missing = len(values) - len(vals)
+        if not vals:
+            return "n/a"
+        per_seed = ", ".join(fmt.format(v) for v in vals)
+        return mean_sd(vals, fmt) + (f" ({per_seed})" if len(vals) > 1 else "") + (
+            f"; {missing} seed(s) n/a" if missing else "")
+
+    out = [f"| schedule | seeds | eval loss @{steps} | gain recovered @{steps} | eval loss at full's time "
+           "| vs full's final loss | time to full's loss (x full's) |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        gap = [None if a is None or f is None else a / f - 1
+               for a, f in zip(r["eval_loss_at_full_time"], r["full_at_full_time"], strict=True)]
+        out.append(f"| {r['schedule']} | {', '.join(map(str, r['seeds']))} | {cell(r['eval_loss'], '{:.4f}')} | "
+                   f"{cell(r['recovered'], '{:.1f} %', 100)} | {cell(r['eval_loss_at_full_time'], '{:.4f}')} | "
+                   f"{cell(gap, '{:+.1f} %', 100) if r['schedule'] != 'full' else ''} | "
+                   f"{cell(r['time_to_full_loss'], '{:.2f}')} |")
     return "\n".join(out)

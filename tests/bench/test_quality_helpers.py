@@ -123,3 +123,30 @@ def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule(
     # it reaches full's final loss (1.0) at its step 18, i.e. 18 / 1.5 = 12 full steps: 1.00x full's time
     assert by["topfull/4"]["time_to_full_loss"] == pytest.approx(1.0)
     assert by["top"]["time_to_full_loss"] is None  # never reaches 1.0 within its 24 steps
+
+
+def _seed_run(label, seed, evals, steps):
+    run = _lr_run(label, 8e-4, evals, steps)
+    run["spec"]["seed"] = seed
+    return run
+
+
+def test_confirmation_measures_each_seed_against_its_own_full_and_anchors_equal_time_at_steps():
+    runs = [_seed_run("full", 0, [(0, 2.0), (12, 1.0), (16, 0.9)], 16),  # anchored at 12, not its last eval
+            _seed_run("topfull/4", 0, [(0, 2.0), (12, 1.2), (24, 1.0)], 24),
+            _seed_run("full", 1, [(0, 2.0), (12, 1.2)], 12),
+            _seed_run("topfull/4", 1, [(0, 2.0), (12, 1.4), (24, 1.1)], 24),
+            _seed_run("top", 0, [(0, 2.0), (12, 1.5)], 12)]  # seed 0 only: left out
+    rows = decide.confirmation(runs, 12, STEP_ROWS)
+    assert [r["schedule"] for r in rows] == ["full", "topfull/4"]
+    tf = rows[1]
+    assert tf["seeds"] == [0, 1]
+    assert tf["recovered"] == pytest.approx([(2.0 - 1.2) / (2.0 - 1.0), (2.0 - 1.4) / (2.0 - 1.2)])
+    # at 1.5x its steps, full's 12-step time is its step 18: halfway between the step-12 and step-24 evals
+    assert tf["eval_loss_at_full_time"] == pytest.approx([1.1, 1.25])
+    assert tf["full_at_full_time"] == pytest.approx([1.0, 1.2])
+    # seed 0 reaches full's 1.0 at its step 24 = 16 full steps = 1.33x; seed 1 reaches full's 1.2 at step 20
+    assert tf["time_to_full_loss"] == pytest.approx([24 / 1.5 / 12, (12 + 12 * 0.2 / 0.3) / 1.5 / 12])
+    table = decide.confirmation_table(rows, 12)
+    assert "| topfull/4 | 0, 1 | 1.3000 ± 0.1414 (1.2000, 1.4000) | 77.5 % ± 3.5 % (80.0 %, 75.0 %) |" in table
+    assert "| 1.1750 ± 0.1061 (1.1000, 1.2500) | +7.1 % ± 4.1 % (+10.0 %, +4.2 %) | 1.22 ± 0.16 (1.33, 1.11) |" in table

@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -107,29 +108,96 @@ def timed(fn, device) -> float:
     return time.perf_counter() - t0
 
 
+def bare_model(folder: Path, quant: str, rank: int, device: torch.device):
+    """(PeftModel, SelectiveBackprop, AdamW) for the bare step: the base at `folder` quantized as
+    `quant`, LoRA rank `rank` (alpha 32, the seven projections), every layer wrapped for selective
+    backprop (LCSB skip mode), AdamW at lr 1e-5 over all LoRA parameters."""
+    base = load_base_model(folder, quantization=quant, device=device)
+    model = apply_lora(base, LoraSettings(rank=rank), seed=0)
+    sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
+    params = [p for i in range(sel.num_layers) for p in sel.params_by_layer[i]]
+    return model, sel, build_optimizer(params, OptimSettings(learning_rate=1e-5))
+
+
+def random_batch(vocab_size: int, batch: int, seq: int, device: torch.device, seed: int = 0) -> dict:
+    """input_ids, attention_mask (all ones) and labels (= input_ids: every token a target) [batch, seq],
+    uniform random token ids from a generator seeded with `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab_size - 1, (batch, seq), generator=gen).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def schedule_of(token: str, num_layers: int, fraction: float = 0.25):
+    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`) at
+    k = `fraction` x `num_layers` (full: all layers)."""
+    name, _, every = token.removesuffix("-momentum-off").partition("/")
+    return make_schedule(name, num_layers=num_layers, fraction=1.0 if name == "full" else fraction,
+                         full_every=int(every or 4))
+
+
+def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, fraction: float = 0.25,
+               checkpointing: bool = False) -> list[Callable[[], object]]:
+    """One whole cycle of schedule `token` as bare steps: callable t runs `run_step` (forward, backward,
+    clipping at 1.0, AdamW) on `batch` with the layers the schedule selects at its step t; skipped
+    layers in the schedule's mode (LCSB skip or frozen), momentum for skipped layers unless the token
+    ends in `-momentum-off`."""
+    sched = schedule_of(token, sel.num_layers, fraction)
+    mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
+    momentum = not token.endswith("-momentum-off")
+
+    def step(t: int) -> None:
+        sel.skip_mode, sel.gradient_checkpointing = mode, checkpointing
+        run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
+                 max_grad_norm=1.0)
+
+    return [lambda t=t: step(t) for t in range(sched.cycle_length)]
+
+
+def interleave(cycles: Sequence[Sequence[Callable[[], object]]], names: Sequence[str], device: torch.device, *,
+               rounds: int, warmup_rounds: int) -> tuple[list[list[float]], list[float]]:
+    """Run every mode's cycle (`cycles[i]`: the step callables of one whole cycle of mode i) round-robin:
+    `warmup_rounds` untimed rounds, then `rounds` timed ones, the order rotated by one each round so
+    drift, warm-up and allocator state spread over all modes. Before each cycle the C allocator's free
+    pages are returned (`malloc_trim`) and the peak window is reset.
+
+    Returns (times, peaks): `times[i]` one entry per timed round, mode i's mean seconds per step over its
+    cycle; `peaks[i]` the largest peak memory (MiB; CPU: resident set, CUDA: allocated) over its timed
+    cycles. A line per round goes to stderr."""
+    times: list[list[float]] = [[] for _ in cycles]
+    peaks = [0.0] * len(cycles)
+    for rnd in range(warmup_rounds + rounds):
+        order = list(range(len(cycles)))
+        order = order[rnd % len(order):] + order[:rnd % len(order)]
+        for i in order:
+            release_free_memory(device)
+            reset_peak(device)
+            cycle = [timed(fn, device) for fn in cycles[i]]
+            if rnd >= warmup_rounds:
+                times[i].append(statistics.fmean(cycle))
+                peaks[i] = max(peaks[i], peak_mib(device))
+        print(f"round {rnd + 1}/{warmup_rounds + rounds}: "
+              + ", ".join(f"{names[i]} {times[i][-1]:.2f}s" for i in order if times[i]),
+              file=sys.stderr, flush=True)
+    return times, peaks
+
+
+def round_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median over rounds of num[r] / den[r]: a ratio of two modes measured in the same round, so
+    drift between rounds cancels."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
 def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict]:
     """Rows for every schedule token of `--schedules` plus the forward pass, measured **interleaved**:
     each of `--rounds` rounds runs one whole cycle of every row, in an order rotated round by round,
     so drift, warm-up and allocator state spread over all rows instead of landing on whichever row
     runs first. A row's step time is the median over rounds of its per-cycle mean; its peak memory is
     the largest over rounds (reset before each row's cycle)."""
-    base = load_base_model(folder, quantization=quant, device=device)
-    model = apply_lora(base, LoraSettings(rank=args.rank), seed=0)
-    sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
+    model, sel, opt = bare_model(folder, quant, args.rank, device)
     L = sel.num_layers
-    params = [p for i in range(L) for p in sel.params_by_layer[i]]
-    opt = build_optimizer(params, OptimSettings(learning_rate=1e-5))
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, model.config.vocab_size - 1, (args.batch, args.seq), generator=gen).to(device)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    batch = random_batch(model.config.vocab_size, args.batch, args.seq, device)
     release_free_memory(device)
     idle = current_mib(device)
-    counter = [0]
-
-    def step(selected, skip_mode, ckpt, momentum=True):
-        sel.skip_mode, sel.gradient_checkpointing = skip_mode, ckpt
-        run_step(model, sel, opt, [batch], selected, step=counter[0], momentum_for_skipped=momentum, max_grad_norm=1.0)
-        counter[0] += 1
 
     def forward_only():
         sel.select(range(L))
@@ -142,31 +210,15 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
         if not ckpt:
             rows.append((dict(schedule="forward", k=L), [forward_only]))
         for token in args.schedules:
-            name, _, every = token.removesuffix("-momentum-off").partition("/")
-            for frac in ([1.0] if name == "full" else args.fractions):
-                sched = make_schedule(name, num_layers=L, fraction=frac, full_every=int(every or 4))
-                mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
-                mom = not token.endswith("-momentum-off")
-                fns = [lambda t=t, s=sched, m=mode, c=ckpt, o=mom: step(s.layers_for_step(t), m, c, o)
-                       for t in range(sched.cycle_length)]
+            full = token.partition("/")[0].removesuffix("-momentum-off") == "full"
+            for frac in ([1.0] if full else args.fractions):
+                sched = schedule_of(token, L, frac)
+                fns = bare_cycle(model, sel, opt, batch, token, fraction=frac, checkpointing=ckpt)
                 rows.append((dict(schedule=token, k=sched.k, checkpointing=ckpt,
                                   backprop_layers=statistics.fmean(len(sched.backprop_layers(t))
                                                                    for t in range(sched.cycle_length))), fns))
-    times = {i: [] for i in range(len(rows))}
-    peaks = {i: 0.0 for i in range(len(rows))}
-    for rnd in range(args.warmup_rounds + args.rounds):
-        order = list(range(len(rows)))
-        order = order[rnd % len(order):] + order[:rnd % len(order)]
-        for i in order:
-            release_free_memory(device)
-            reset_peak(device)
-            cycle = [timed(fn, device) for fn in rows[i][1]]
-            if rnd >= args.warmup_rounds:
-                times[i].append(statistics.fmean(cycle))
-                peaks[i] = max(peaks[i], peak_mib(device))
-        print(f"round {rnd + 1}/{args.warmup_rounds + args.rounds}: "
-              + ", ".join(f"{rows[i][0]['schedule']} {times[i][-1]:.2f}s" for i in order if times[i]),
-              file=sys.stderr, flush=True)
+    times, peaks = interleave([fns for _, fns in rows], [row["schedule"] for row, _ in rows], device,
+                              rounds=args.rounds, warmup_rounds=args.warmup_rounds)
     out = []
     for i, (row, fns) in enumerate(rows):
         saved = 0.0

@@ -1,0 +1,61 @@
+"""The timing benches' own machinery on the tiny model: bench/step_time.py's interleaved rounds and
+per-round ratios, and bench/trainer_overhead.py's stepped Trainer loop (one optimizer step per call,
+the same weights as an uninterrupted `train()`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lcsb_core.config import TrainConfig
+from lcsb_core.trainer import Trainer
+from tests.core.tiny import VOCAB, tiny_lora
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+step_time = _load("step_time")
+overhead = _load("trainer_overhead")
+
+
+def test_interleave_rotates_the_order_and_times_only_the_timed_rounds():
+    calls: list[str] = []
+    cycles = [[lambda: calls.append("a")], [lambda: calls.append("b1"), lambda: calls.append("b2")]]
+    times, peaks = step_time.interleave(cycles, ["a", "b"], torch.device("cpu"), rounds=2, warmup_rounds=1)
+    assert calls == ["a", "b1", "b2", "b1", "b2", "a", "a", "b1", "b2"]
+    assert [len(t) for t in times] == [2, 2] and all(p > 0 for p in peaks)
+    assert step_time.round_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(2.0)
+
+
+def _trainer(tmp_path, name: str, callbacks=()) -> Trainer:
+    cfg = TrainConfig.from_dict({
+        "data": {"train_file": "random"}, "output_dir": str(tmp_path / name), "batch_size": 2, "max_steps": 5,
+        "seed": 0, "lcsb": {"schedule": "topfull", "k": 1, "full_every": 2}, "lora": {"rank": 4, "alpha": 8},
+        "optim": {"learning_rate": 1e-2, "lr_schedule": "constant"}})
+    return Trainer(cfg, model=tiny_lora(0), train_dataset=overhead.random_dataset(VOCAB, 2, 12), callbacks=callbacks)
+
+
+def test_stepped_loop_runs_one_step_per_call_and_trains_as_train_does(tmp_path):
+    loop = overhead.SteppedLoop()
+    stepped = loop.trainer = _trainer(tmp_path, "stepped", callbacks=[loop])
+    for n in range(1, 6):
+        loop.step()
+        assert [r.step for r in loop.reports] == list(range(1, n + 1))
+    summary = loop.finish()
+    assert summary is not None and summary["steps"] == 5
+    plain = _trainer(tmp_path, "plain")
+    plain.train()
+    for a, b in zip(stepped.params, plain.params, strict=True):
+        assert torch.equal(a, b)

@@ -22,21 +22,34 @@ def l2_norm(tensors: list[torch.Tensor]) -> float:
 
 
 class UpdateTracker:
-    """Snapshots LoRA parameters before a step and measures each layer's update norm after it."""
+    """Snapshots LoRA parameters before a step and measures each layer's update norm after it.
+
+    The snapshot buffers are allocated once, on the first `snapshot`, and refilled with one
+    `_foreach_copy_` per step (no per-step allocation of a parameter copy; the memory estimate counts
+    them: `lcsb_core.memory`)."""
 
     def __init__(self, params_by_layer: dict[int, list[nn.Parameter]]):
         self.params_by_layer = params_by_layer
-        self._before: dict[int, list[torch.Tensor]] = {}
+        self._layers = sorted(params_by_layer)
+        self._params = [p for i in self._layers for p in params_by_layer[i]]
+        self._before: list[torch.Tensor] = []
 
     def snapshot(self) -> None:
-        self._before = {i: [p.detach().clone() for p in ps] for i, ps in self.params_by_layer.items()}
+        """Copy every tracked parameter into the snapshot buffers."""
+        params = [p.detach() for p in self._params]
+        if not self._before:
+            self._before = [torch.empty_like(p) for p in params]
+        if params:
+            torch._foreach_copy_(self._before, params)
 
     def update_norms(self) -> list[float]:
-        """L2 norm of (after - before) per layer, in layer order."""
-        out = []
-        for i in sorted(self.params_by_layer):
-            deltas = [p.detach() - b for p, b in zip(self.params_by_layer[i], self._before[i], strict=True)]
-            out.append(l2_norm(deltas))
+        """L2 norm of (after - before) per layer, in layer order (0.0 for a layer without parameters)."""
+        deltas = torch._foreach_sub([p.detach() for p in self._params], self._before) if self._params else []
+        out, start = [], 0
+        for i in self._layers:
+            n = len(self.params_by_layer[i])
+            out.append(l2_norm(deltas[start:start + n]))
+            start += n
         return out
 
 

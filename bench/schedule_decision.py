@@ -98,9 +98,10 @@ def confirmation(runs: list[dict], steps: int, step_rows: list[dict]) -> list[di
     """The confirmation view of the decision, over seeds: `decision` applied to each seed's runs alone
     (each seed's gain is measured against full backprop of the *same* seed; equal time is anchored at
     full's evaluation at `steps`), then, per schedule present for every seed, the per-seed values in
-    seed order. Seeds whose full backprop run has no evaluation at `steps` are left out. Returns rows with `schedule`, `seeds`, `eval_loss`, `recovered`,
-    `eval_loss_at_full_time`, `full_at_full_time` (full's own final eval loss, the equal-time anchor)
-    and `time_to_full_loss`, each a list over seeds (an entry is None where a seed lacks the value)."""
+    seed order. Seeds whose full backprop run has no evaluation at `steps` are left out. Returns rows
+    with `schedule`, `seeds`, `eval_loss`, `recovered`, `eval_loss_at_full_time`, `full_at_full_time`
+    (full's eval loss at `steps`, the equal-time anchor) and `time_to_full_loss`, each a list over
+    seeds (an entry is None where a seed lacks the value)."""
     by_seed: dict[int, list[dict]] = defaultdict(list)
     for r in runs:
         by_seed[r["spec"]["seed"]].append(r)

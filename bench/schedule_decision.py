@@ -100,8 +100,9 @@ def confirmation(runs: list[dict], steps: int, step_rows: list[dict]) -> list[di
     full's evaluation at `steps`), then, per schedule present for every seed, the per-seed values in
     seed order. Seeds whose full backprop run has no evaluation at `steps` are left out. Returns rows
     with `schedule`, `seeds`, `eval_loss`, `recovered`, `eval_loss_at_full_time`, `full_at_full_time`
-    (full's eval loss at `steps`, the equal-time anchor) and `time_to_full_loss`, each a list over
-    seeds (an entry is None where a seed lacks the value)."""
+    (full's eval loss at `steps`, the equal-time anchor), `time_to_full_loss` and `covers` (the share
+    of full's time that the run's steps cover), each a list over seeds (an entry is None where a seed
+    lacks the value)."""
     by_seed: dict[int, list[dict]] = defaultdict(list)
     for r in runs:
         by_seed[r["spec"]["seed"]].append(r)
@@ -109,9 +110,11 @@ def confirmation(runs: list[dict], steps: int, step_rows: list[dict]) -> list[di
     by_seed = defaultdict(list, {s: rs for s, rs in by_seed.items()
                                  if any(label_of(r) == "full" and eval_at(r, steps) for r in rs)})
     out: dict[str, dict] = {}
-    keys = ("eval_loss", "recovered", "eval_loss_at_full_time", "time_to_full_loss")
+    keys = ("eval_loss", "recovered", "eval_loss_at_full_time", "time_to_full_loss", "covers")
     for seed in sorted(by_seed):
         rows, _ = decision(by_seed[seed], steps, step_rows, anchor=steps)
+        for row in rows:  # how much of full's time the run covers: its `time_to_full_loss` if never reached
+            row["covers"] = row["steps_run"] / row["speed"] / steps if row["speed"] else None
         full_final = next((e["eval_loss"] for r in by_seed[seed] if label_of(r) == "full"
                            for e in [eval_at(r, steps)] if e), None)
         for row in rows:
@@ -138,6 +141,14 @@ def confirmation_table(rows: list[dict], steps: int) -> str:
         return mean_sd(vals, fmt) + (f" ({per_seed})" if len(vals) > 1 else "") + (
             f"; {missing} seed(s) n/a" if missing else "")
 
+    def reach_cell(reach: list, covers: list) -> str:
+        text = cell(reach, "{:.2f}")
+        never = [c for t, c in zip(reach, covers, strict=True) if t is None and c is not None]
+        if never:  # not reached within the run: the time is more than what the run covered
+            text = (text.replace("; " + f"{len(never)} seed(s) n/a", "") if text != "n/a" else "") + \
+                "; not reached in " + ", ".join(f"> {c:.2f}" for c in never)
+        return text.lstrip("; ")
+
     out = [f"| schedule | seeds | eval loss @{steps} | gain recovered @{steps} | eval loss at full's time "
            "| vs full's final loss | time to full's loss (x full's) |",
            "|---|---|---|---|---|---|---|"]
@@ -147,5 +158,5 @@ def confirmation_table(rows: list[dict], steps: int) -> str:
         out.append(f"| {r['schedule']} | {', '.join(map(str, r['seeds']))} | {cell(r['eval_loss'], '{:.4f}')} | "
                    f"{cell(r['recovered'], '{:.1f} %', 100)} | {cell(r['eval_loss_at_full_time'], '{:.4f}')} | "
                    f"{cell(gap, '{:+.1f} %', 100) if r['schedule'] != 'full' else ''} | "
-                   f"{cell(r['time_to_full_loss'], '{:.2f}')} |")
+                   f"{reach_cell(r['time_to_full_loss'], r['covers'])} |")
     return "\n".join(out)

@@ -150,3 +150,11 @@ def test_confirmation_measures_each_seed_against_its_own_full_and_anchors_equal_
     table = decide.confirmation_table(rows, 12)
     assert "| topfull/4 | 0, 1 | 1.3000 ± 0.1414 (1.2000, 1.4000) | 77.5 % ± 3.5 % (80.0 %, 75.0 %) |" in table
     assert "| 1.1750 ± 0.1061 (1.1000, 1.2500) | +7.1 % ± 4.1 % (+10.0 %, +4.2 %) | 1.22 ± 0.16 (1.33, 1.11) |" in table
+
+
+def test_confirmation_table_bounds_the_time_of_a_seed_that_never_reaches_fulls_loss():
+    runs = [_seed_run("full", 0, [(0, 2.0), (12, 1.0)], 12),
+            _seed_run("topfull/4", 0, [(0, 2.0), (12, 1.2), (24, 1.1)], 24)]  # never reaches 1.0
+    rows = decide.confirmation(runs, 12, STEP_ROWS)
+    assert rows[1]["time_to_full_loss"] == [None] and rows[1]["covers"] == pytest.approx([24 / 1.5 / 12])
+    assert "| not reached in > 1.33 |" in decide.confirmation_table(rows, 12)

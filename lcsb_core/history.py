@@ -10,15 +10,16 @@ with one entry per decoder layer (null where the layer was not selected).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
 
-def l2_norm(tensors: list[torch.Tensor]) -> float:
+def l2_norm(tensors: Sequence[torch.Tensor]) -> float:
     """L2 norm of a list of tensors taken together (0.0 for an empty list)."""
-    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))) if tensors else 0.0
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(tensors))))) if tensors else 0.0
 
 
 class UpdateTracker:

@@ -26,7 +26,7 @@ from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import peak_mib, release_free_memory, reset_peak
+from lcsb_core.memory_probe import FreeMemoryReleaser, peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.schedules import schedule_for
@@ -88,6 +88,7 @@ class Trainer:
         self.params = [p for i in range(num_layers) for p in self.selective.params_by_layer[i]]
         self.optimizer = build_optimizer(self.params, cfg.optim)
         self.tracker = UpdateTracker(self.selective.params_by_layer)
+        self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
         self.batches_per_epoch = math.ceil(len(self.train_dataset.examples) / cfg.batch_size)
         self.total_steps = self._total_steps()
@@ -144,7 +145,7 @@ class Trainer:
                              momentum_for_skipped=cfg.lcsb.momentum_for_skipped,
                              max_grad_norm=cfg.optim.max_grad_norm)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
-            release_free_memory(self.device)
+            self.releaser.after_step()
             done = step + 1
             if self._due(cfg.eval_every, done):
                 self.evaluate(done)

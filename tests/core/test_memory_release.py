@@ -1,0 +1,40 @@
+"""When the trainer returns freed heap pages to the system (lcsb_core.memory_probe.FreeMemoryReleaser)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lcsb_core import memory_probe
+from lcsb_core.memory_probe import FreeMemoryReleaser
+
+
+def test_trims_only_when_the_resident_set_grows_past_the_level_settled_over_the_window(monkeypatch):
+    trims: list[int] = []
+    monkeypatch.setattr(memory_probe, "release_free_memory", lambda device: trims.append(1))
+    releaser = FreeMemoryReleaser(torch.device("cpu"), growth=1.25, window=4)
+    # a topfull-like cycle: three small steps and a full one; it settles at the full step's level
+    assert [releaser.after_step(r) for r in (800, 800, 800, 1000)] == [False] * 4
+    assert releaser.settled_mib == 1000
+    # the same cycle again, and up to 1.25 x 1,000: never trimmed
+    assert [releaser.after_step(r) for r in (800, 810, 790, 1010, 1249)] == [False] * 5
+    # the heap fragments: past 1.25 x 1,000 it is trimmed once, then settles again over 4 steps
+    assert releaser.after_step(1300) is True and trims == [1]
+    assert [releaser.after_step(r) for r in (700, 900, 700, 900, 1100, 1120)] == [False] * 6
+    assert releaser.after_step(1130) is True and len(trims) == 2  # 1,130 > 1.25 x 900
+
+
+def test_cuda_never_trims_and_the_settings_are_checked(monkeypatch):
+    monkeypatch.setattr(memory_probe, "release_free_memory", lambda device: pytest.fail("trimmed on CUDA"))
+    releaser = FreeMemoryReleaser(torch.device("cuda"), window=1)
+    assert [releaser.after_step(r) for r in (100, 1000, 10000)] == [False] * 3
+    with pytest.raises(ValueError, match="growth"):
+        FreeMemoryReleaser(torch.device("cpu"), growth=1.0)
+    with pytest.raises(ValueError, match="window"):
+        FreeMemoryReleaser(torch.device("cpu"), window=0)
+
+
+def test_reads_the_real_resident_set_when_none_is_given():
+    releaser = FreeMemoryReleaser(torch.device("cpu"))
+    assert releaser.after_step() is False
+    assert releaser.settled_mib > 10  # this Python process, MiB

@@ -27,6 +27,7 @@ from lcsb_core.lora import apply_lora, decoder_layers, lora_parameters_by_layer
 from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.memory import estimate_peak_mib
 from lcsb_core.models.catalog import GEMMA3_270M
+from lcsb_core.models.quantization import compute_dtype
 from lcsb_core.trainer import Trainer
 
 pytestmark = pytest.mark.integration
@@ -133,7 +134,8 @@ def test_gemma_structure_is_found_without_llama_assumptions(runs):
     assert facts["layer_types"].count("sliding_attention") == 15 and facts["layer_types"].count("full_attention") == 3
     assert facts["norms"] == ["input_layernorm", "k_norm", "post_attention_layernorm", "post_feedforward_layernorm",
                               "pre_feedforward_layernorm", "q_norm"]  # sandwich norms, and QK-norm in attention
-    assert facts["attn"] == "sdpa" and facts["tied"] and facts["embed_dtype"] == torch.bfloat16  # AVX512-BF16 here
+    # NF4's base dtype is the machine's compute dtype: bf16 with AVX512-BF16/AMX, fp32 on an AVX2-only CPU
+    assert facts["attn"] == "sdpa" and facts["tied"] and facts["embed_dtype"] == compute_dtype(torch.device("cpu"))
     assert len(facts["four_bit"]) == LAYERS * 7 and facts["four_bit"][0].weight.quant_type == "nf4"
     assert facts["lora_by_layer"] == {i: 14 for i in range(LAYERS)}  # A and B of 7 projections in every layer
 

@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.step_time import bare_cycle, bare_model, interleave, random_batch, round_ratio
+from bench.step_time import add_interleaved_bench_args, bare_cycle, bare_model, interleave, random_batch, round_ratio
 from lcsb_core.config import LoraSettings
 from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import resolve_model_path
@@ -95,17 +95,9 @@ def hf_peer_step(folder: Path, quant: str, rank: int, device: torch.device, batc
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="catalog name or model folder")
-    ap.add_argument("--quant", default="nf4", choices=["nf4", "bf16", "fp32"])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--schedule", default="topfull/4", help="our schedule token beside full backprop")
-    ap.add_argument("--warmup-rounds", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=8, help="timed rounds (each runs one whole cycle of every mode)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
-    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    add_interleaved_bench_args(ap, schedule_help="our schedule token beside full backprop",
+                               rounds_help="timed rounds (each runs one whole cycle of every mode)",
+                               json_help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -306,5 +306,23 @@ def main(argv=None) -> None:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
+
+
+def add_interleaved_bench_args(ap, *, schedule_help: str, rounds_help: str, json_help: str) -> None:
+    """The options bench/peer.py and bench/trainer_overhead.py share: model, quantization, device, batch
+    shape (examples x tokens), LoRA rank, schedule token, warm-up and timed rounds, torch threads, JSON."""
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="catalog name or model folder")
+    ap.add_argument("--quant", default="nf4", choices=["nf4", "bf16", "fp32"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--schedule", default="topfull/4", help=schedule_help)
+    ap.add_argument("--warmup-rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=8, help=rounds_help)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
+    ap.add_argument("--json", default="", help=json_help)
+
+
 if __name__ == "__main__":
     main()

@@ -55,7 +55,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.step_time import bare_cycle, interleave, round_ratio, schedule_of
+from bench.step_time import add_interleaved_bench_args, bare_cycle, interleave, round_ratio, schedule_of
 from lcsb_core.callbacks import StepReport, TrainerCallback
 from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
@@ -218,17 +218,9 @@ def profile(args, device: torch.device) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="catalog name or model folder")
-    ap.add_argument("--quant", default="nf4", choices=["nf4", "bf16", "fp32"])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--schedule", default="topfull/4", help="schedule token: topfull/4 (the default), full, ...")
-    ap.add_argument("--warmup-rounds", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=8, help="timed rounds (each runs one whole cycle of both modes)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
-    ap.add_argument("--json", default="", help="also write the result to this JSON file")
+    add_interleaved_bench_args(ap, schedule_help="schedule token: topfull/4 (the default), full, ...",
+                               rounds_help="timed rounds (each runs one whole cycle of both modes)",
+                               json_help="also write the result to this JSON file")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of timing, cProfile N trainer steps and print where the time goes")
     ap.add_argument("--top", type=int, default=25, help="rows per profile table")

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench import BENCH, load_bench
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-quality = _load("quality")
-report = _load("quality_report")
-decide = _load("schedule_decision")
+quality = load_bench("quality")
+report = load_bench("quality_report")
+decide = load_bench("schedule_decision")
 
 
 @pytest.mark.parametrize("text, expected", [

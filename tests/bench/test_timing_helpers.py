@@ -4,30 +4,16 @@ the same weights as an uninterrupted `train()`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from lcsb_core.config import TrainConfig
 from lcsb_core.trainer import Trainer
+from tests.bench import load_bench
 from tests.core.tiny import VOCAB, tiny_lora
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-step_time = _load("step_time")
-overhead = _load("trainer_overhead")
+step_time = load_bench("step_time")
+overhead = load_bench("trainer_overhead")
 
 
 def test_interleave_rotates_the_order_and_times_only_the_timed_rounds():

@@ -8,6 +8,7 @@
         --step-time bench/results/step_time_schedules_cpu.json          # the product-default rule
     python bench/quality_report.py confirm bench/results/schedules_confirm/gsm8k bench/results/schedules_decision \
         --steps 32 --step-time bench/results/step_time_schedules_cpu_avx512_b.json   # the rule's view over seeds
+    python bench/quality_report.py paper bench/results/paper_setting --steps 1000   # the paper's own setting
 
 Equal steps: each schedule's eval at `--steps` (the cyclic runs that went on longer are read at that
 step; with a constant learning rate after warmup their first `--steps` steps are the shorter run's).
@@ -295,7 +296,8 @@ def plot_step_time(rows: list[dict], out: Path) -> Path:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time", "decision", "confirm"])
+    ap.add_argument("table", choices=["gsm8k", "wikitext", "stability", "step-time", "decision", "confirm",
+                                          "paper"])
     ap.add_argument("source", nargs="+", help="results folder(s) (or the step-time JSON file)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--plots", default="", help="folder for PNG plots")
@@ -322,6 +324,11 @@ def main(argv=None) -> None:
 
         step_rows = json.loads(Path(args.step_time).read_text()) if args.step_time else []
         print(confirmation_table(confirmation(runs, args.steps, step_rows), args.steps))
+        return
+    if args.table == "paper":
+        from bench.schedule_decision import paper_claim, paper_table
+
+        print(paper_table(paper_claim(runs, args.steps), args.steps))
         return
     if args.table == "stability":
         # reference runs from the quality grid: seed 0, momentum on, the same lr, full / cyclic / freeze

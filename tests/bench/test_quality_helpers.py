@@ -146,3 +146,23 @@ def test_confirmation_table_bounds_the_time_of_a_seed_that_never_reaches_fulls_l
     rows = decide.confirmation(runs, 12, STEP_ROWS)
     assert rows[1]["time_to_full_loss"] == [None] and rows[1]["covers"] == pytest.approx([24 / 1.5 / 12])
     assert "| not reached in > 1.33 |" in decide.confirmation_table(rows, 12)
+
+
+def test_paper_claim_reports_the_papers_relative_gap_the_gain_share_and_the_paired_train_gap():
+    full = _lr_run("full", 1e-4, [(0, 3.0), (4, 2.0)], 4)
+    cyc = _lr_run("cyclic", 1e-4, [(0, 3.0), (4, 2.1)], 4)
+    for i, (f, c) in enumerate(zip(full["steps"], cyc["steps"], strict=True)):
+        f["loss"], c["loss"] = 2.5 - 0.1 * i, 2.6 - 0.1 * i  # cyclic 0.1 nats above full at every step
+        c["step_time_s"] = 0.5
+    rows = decide.paper_claim([cyc, full], 4, last=2)
+    assert [r["schedule"] for r in rows] == ["full", "cyclic"]
+    row = rows[1]
+    assert row["relative_gap"] == pytest.approx(2.1 / 2.0 - 1)          # 5 %
+    assert row["recovered"] == pytest.approx((3.0 - 2.1) / (3.0 - 2.0))  # 90 %
+    assert row["train_gap"] == pytest.approx(0.1)                         # over the last 2 steps only
+    assert row["train_gap_rel"] == pytest.approx(0.1 / 2.25)
+    assert row["step_speed"] == pytest.approx(2.0)
+    table = decide.paper_table(rows, 4, last=2)
+    assert "| cyclic | 8/30 | 2.1000 (8.17) | +5.00% | 90.0% | 2.3500 | +0.1000 (+4.44%) | 2.00x |" in table
+    with pytest.raises(ValueError, match="step 4"):
+        decide.paper_claim([cyc], 4)

@@ -143,12 +143,16 @@ def confirmation_table(rows: list[dict], steps: int) -> str:
             f"; {missing} seed(s) n/a" if missing else "")
 
     def reach_cell(reach: list, covers: list) -> str:
-        text = cell(reach, "{:.2f}")
+        # a seed that never reached full's loss within its run: the time is more than the run covered
         never = [c for t, c in zip(reach, covers, strict=True) if t is None and c is not None]
-        if never:  # not reached within the run: the time is more than what the run covered
-            text = (text.replace("; " + f"{len(never)} seed(s) n/a", "") if text != "n/a" else "") + \
-                "; not reached in " + ", ".join(f"> {c:.2f}" for c in never)
-        return text.lstrip("; ")
+        unknown = sum(t is None and c is None for t, c in zip(reach, covers, strict=True))
+        reached = [t for t in reach if t is not None]
+        parts = [cell(reached, "{:.2f}")] if reached else []
+        if never:
+            parts.append("not reached in " + ", ".join(f"> {c:.2f}" for c in never))
+        if unknown:
+            parts.append(f"{unknown} seed(s) n/a")
+        return "; ".join(parts) or "n/a"
 
     out = [f"| schedule | seeds | eval loss @{steps} | gain recovered @{steps} | eval loss at full's time "
            "| vs full's final loss | time to full's loss (x full's) |",

@@ -353,6 +353,8 @@ def main(argv=None) -> None:
     data = prepare_task(args.task, tokenizer, args)
     step0_cache: dict = {}
     for spec in todo:
+        if (out / f"{spec.name}.json").exists():  # finished meanwhile by another process on the same grid
+            continue
         t0 = time.perf_counter()
         result = run_one(spec, data, args, step0_cache)
         (out / f"{spec.name}.json").write_text(json.dumps(result, indent=1))

@@ -174,10 +174,9 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
     (base - eval_loss) / (base - full's), the share of full backprop's eval-loss gain, with `base` the
     step-0 evaluation; `train_gap` = the mean train loss (nats per target token) over the last `last`
     optimizer steps minus full backprop's over the same steps (the runs see the same batches in the same
-    order, so the gap is paired step by step), and `train_gap_rel` that gap over full's mean; and
-    `step_speed` = full's median step time / the run's (seconds from the runs themselves, so only
-    indicative when other processes shared the machine). Raises ValueError without a full backprop run
-    that reached `steps`."""
+    order, so the gap is paired step by step), and `train_gap_rel` that gap over full's mean. No speed:
+    the runs' own step times depend on what shared the machine; speed comes from `bench/step_time.py`.
+    Raises ValueError without a full backprop run that reached `steps`."""
     import statistics
 
     done = [r for r in runs if eval_at(r, steps) and len(r["steps"]) >= steps]
@@ -188,7 +187,6 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
     full_loss = eval_at(full, steps)["eval_loss"]
     tail = lambda r: [s["loss"] for s in r["steps"][steps - last:steps]]  # noqa: E731
     full_train = statistics.fmean(tail(full))
-    full_step = statistics.median(s["step_time_s"] for s in full["steps"][:steps])
     rows = []
     for r in sorted(done, key=lambda r: (label_of(r) != "full", label_of(r))):
         loss = eval_at(r, steps)["eval_loss"]
@@ -196,23 +194,21 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
         rows.append({"schedule": label_of(r), "k": r.get("k"), "num_layers": r.get("num_layers"),
                      "eval_loss": loss, "relative_gap": loss / full_loss - 1,
                      "recovered": (base - loss) / (base - full_loss), "train_loss_last": train,
-                     "train_gap": train - full_train, "train_gap_rel": train / full_train - 1,
-                     "step_speed": full_step / statistics.median(s["step_time_s"] for s in r["steps"][:steps]),
-                     "base": base})
+                     "train_gap": train - full_train, "train_gap_rel": train / full_train - 1, "base": base})
     return rows
 
 
 def paper_table(rows: list[dict], steps: int, last: int = 100) -> str:
     """Markdown of `paper_claim`'s rows."""
     out = [f"| schedule | k/L | eval loss @{steps} (perplexity) | relative gap vs full (paper's metric) "
-           f"| gain recovered | train loss, last {last} steps | train-loss gap vs full | step speed vs full |",
-           "|---|---|---|---|---|---|---|---|"]
+           f"| gain recovered | train loss, last {last} steps | train-loss gap vs full |",
+           "|---|---|---|---|---|---|---|"]
     for r in rows:
         gaps = ("", "", "") if r["schedule"] == "full" else (
             f"{r['relative_gap']:+.2%}", f"{r['recovered']:.1%}", f"{r['train_gap']:+.4f} ({r['train_gap_rel']:+.2%})")
         out.append(f"| {r['schedule']} | {r['k']}/{r['num_layers']} | {r['eval_loss']:.4f} "
                    f"({math.exp(r['eval_loss']):.2f}) | {gaps[0]} | {gaps[1]} | {r['train_loss_last']:.4f} | "
-                   f"{gaps[2]} | {r['step_speed']:.2f}x |")
+                   f"{gaps[2]} |")
     base = rows[0]["base"]
     out.append(f"\nbase model (step 0) eval loss {base:.4f} (perplexity {math.exp(base):.2f})")
     return "\n".join(out)

@@ -22,20 +22,25 @@ Modes (each round runs one whole cycle of each, order rotated: bench/step_time.p
   peak-RSS reset, the update-norm snapshot, `run_step`, and the reporting (history and metrics appends,
   update norms, the peak read, the callbacks). (a) runs on the Trainer's own model, selective-backprop
   wrapper and optimizer, so the two differ only by the loop.
-- (c) a job through the worker child on the embedded default: not measured here (a child process cannot
-  be interleaved with in-process steps); see bench/results/issue14_benches.md.
+- (c) `job`: the same loop with the worker child's own callbacks, as `worker.child.train` builds them
+  (`DivergenceWatch`, `JobReporter`), reporting a `running` job row in the embedded default's backends:
+  a SQLite database migrated with `alembic upgrade head` and local storage, in a temporary folder.
+  Each step thus also writes the job's progress, heartbeat and `metrics` event and reads its status
+  (the cancel check), as in a service job. The child process itself adds nothing per step (it runs
+  this same loop), so it is not interleaved here: in-process steps cannot be interleaved with another
+  process's. (c) has its own copy of the model, loaded the same way.
 
 The batch: `--batch` examples of `--seq` uniform random tokens, every token a target; the Trainer's
 dataset is those examples (one batch per epoch, so every trainer step trains the same rows, shuffled),
 and (a) trains their collated batch.
 
 Prints (stdout) a markdown table: per mode the step time in seconds (median over rounds of the per-cycle
-mean), its min-max over rounds, the per-round ratio to (a) (median over rounds: (b)/(a)), and the peak
-resident set over idle in MiB (as bench/step_time.py). `--json` also writes every round's times.
-`--profile N` instead runs `Trainer.train()` for N + 2 steps and prints cProfile's top functions by own
-time over the last N steps, then the lcsb_core functions outside `run_step` (the loop's own cost) by
-cumulative time, each in seconds per step and as a share of the profiled time (cProfile's tracing
-slows Python-heavy code, so shares of Python-side work are upper bounds).
+mean), its min-max over rounds, the per-round ratio to (a) (median over rounds: (b)/(a), (c)/(a)), and
+the peak resident set over idle in MiB (as bench/step_time.py). `--json` also writes every round's times.
+`--no-job` leaves (c) out. `--profile N` instead runs `Trainer.train()` for N + 2 steps and prints
+cProfile's top functions by own time over the last N steps, then the lcsb_core functions outside
+`run_step` (the loop's own cost) by cumulative time, each in seconds per step and as a share of the
+profiled time (cProfile's tracing slows Python-heavy code, so shares of Python-side work are upper bounds).
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class SteppedLoop(TrainerCallback):
         self.summary: dict | None = None
         self.reports: list[StepReport] = []
         self.threads_in_loop = 0
+        self._finishing = False
 
     def _run(self) -> None:
         self._go.acquire()
@@ -93,6 +99,8 @@ class SteppedLoop(TrainerCallback):
 
     def on_step(self, report: StepReport) -> None:
         self.reports.append(report)
+        if self._finishing:
+            return
         self._paused.release()
         self._go.acquire()
 
@@ -107,6 +115,8 @@ class SteppedLoop(TrainerCallback):
             raise self.error
 
     def finish(self) -> dict | None:
+        """Let the loop run its remaining steps without pausing, wait for it, and return its summary."""
+        self._finishing = True
         if self._thread is not None and self._thread.is_alive():
             self._go.release()
             self._thread.join()
@@ -143,29 +153,70 @@ def trainer_for(args, token: str, steps: int, out_dir: str, device: torch.device
         model.config.vocab_size, args.batch, args.seq), device=device)
 
 
+def service_job_callbacks(folder: Path, model: str) -> list[TrainerCallback]:
+    """Mode (c)'s callbacks: the worker child's `DivergenceWatch` and `JobReporter` (as `worker.child.train`
+    builds them) on a job row set `running` by `transitions.claim`, in a SQLite database at
+    `folder/lcsb.sqlite3` migrated with `alembic upgrade head`, with local storage at `folder/storage`."""
+    from alembic import command
+    from alembic.config import Config
+
+    from lcsb_service import transitions
+    from lcsb_service.db import Database
+    from lcsb_service.models import Job, Owner
+    from lcsb_service.storage import Storage
+    from worker.divergence import DivergenceWatch
+    from worker.reporter import JobReporter
+
+    url = f"sqlite:///{folder / 'lcsb.sqlite3'}"
+    alembic = Config(str(Path(__file__).resolve().parents[1] / "alembic.ini"))
+    alembic.set_main_option("sqlalchemy.url", url)
+    command.upgrade(alembic, "head")
+    db, job_id = Database(url), "ftjob-bench"
+    with db.session() as s:
+        s.add(Owner(id="owner-bench", name="bench"))
+        s.flush()
+        s.add(Job(id=job_id, owner_id="owner-bench", model=model, training_file="file-bench", seed=0,
+                  hyperparameters={}, method={}, train_config={}, memory_estimate={}, queue="bench"))
+    with db.session() as s:
+        if transitions.claim(s, job_id, worker="bench") is None:
+            raise RuntimeError("could not claim the benchmark's job row")
+    return [DivergenceWatch(db, job_id, folder / "run"),
+            JobReporter(db, Storage(str(folder / "storage")), job_id, "ft:bench", threading.Event())]
+
+
 def measure(args, device: torch.device) -> dict:
-    """Interleaved (a) bare and (b) trainer steps; returns the result dict (see the module docstring)."""
+    """Interleaved (a) bare, (b) trainer and, unless `--no-job`, (c) job steps; returns the result dict
+    (see the module docstring)."""
     layers = json.loads((resolve_model_path(args.model) / "config.json").read_text())["num_hidden_layers"]
     cycle = schedule_of(args.schedule, layers).cycle_length
-    loop = SteppedLoop()
+    steps = (args.warmup_rounds + args.rounds) * cycle
+    loops = [SteppedLoop()] + ([] if args.no_job else [SteppedLoop()])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = trainer_for(args, args.schedule, (args.warmup_rounds + args.rounds) * cycle, tmp, device,
-                              callbacks=[loop])
-        loop.trainer = trainer
+        trainer = trainer_for(args, args.schedule, steps, f"{tmp}/b", device, callbacks=[loops[0]])
+        loops[0].trainer = trainer
         trainer.setup()
         batch = {k: v.to(device) for k, v in collate(trainer.train_dataset.examples, 0).items()}
         bare = bare_cycle(trainer.model, trainer.selective, trainer.optimizer, batch, args.schedule)
-        names, cycles = ["bare (a)", "trainer (b)"], [bare, [loop.step] * cycle]
+        names, cycles = ["bare (a)", "trainer (b)"], [bare, [loops[0].step] * cycle]
+        if not args.no_job:
+            (Path(tmp) / "c").mkdir()
+            job = service_job_callbacks(Path(tmp) / "c", Path(args.model).name)
+            loops[1].trainer = trainer_for(args, args.schedule, steps, f"{tmp}/c/run", device,
+                                           callbacks=[*job, loops[1]])
+            loops[1].trainer.setup()
+            names.append("job (c)")
+            cycles.append([loops[1].step] * cycle)
         release_free_memory(device)
         idle = current_mib(device)
         times, peaks = interleave(cycles, names, device, rounds=args.rounds, warmup_rounds=args.warmup_rounds)
-        loop.finish()
+        for loop in loops:
+            loop.finish()
     rows = [dict(mode=name, step_s=statistics.median(times[i]), step_s_rounds=times[i],
                  over_bare=round_ratio(times[i], times[0]), peak_mib=peaks[i],
                  peak_over_idle_mib=peaks[i] - idle if device.type == "cpu" else peaks[i])
             for i, name in enumerate(names)]
     return dict(schedule=args.schedule, cycle_length=cycle, idle_mib=idle, threads=torch.get_num_threads(),
-                threads_in_trainer_thread=loop.threads_in_loop, rows=rows)
+                threads_in_trainer_thread=loops[0].threads_in_loop, rows=rows)
 
 
 class ProfileWindow(TrainerCallback):
@@ -219,11 +270,12 @@ def profile(args, device: torch.device) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_interleaved_bench_args(ap, schedule_help="schedule token: topfull/4 (the default), full, ...",
-                               rounds_help="timed rounds (each runs one whole cycle of both modes)",
+                               rounds_help="timed rounds (each runs one whole cycle of every mode)",
                                json_help="also write the result to this JSON file")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of timing, cProfile N trainer steps and print where the time goes")
     ap.add_argument("--top", type=int, default=25, help="rows per profile table")
+    ap.add_argument("--no-job", action="store_true", help="leave out mode (c), the service job's callbacks")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -45,3 +45,23 @@ def test_stepped_loop_runs_one_step_per_call_and_trains_as_train_does(tmp_path):
     plain.train()
     for a, b in zip(stepped.params, plain.params, strict=True):
         assert torch.equal(a, b)
+
+
+def test_service_job_callbacks_report_each_step_to_the_job_row_as_the_worker_does(tmp_path):
+    from sqlalchemy import select
+
+    from lcsb_service.models import Job, JobEvent
+
+    callbacks = overhead.service_job_callbacks(tmp_path, "tiny")
+    loop = overhead.SteppedLoop()
+    loop.trainer = _trainer(tmp_path, "job", callbacks=[*callbacks, loop])
+    loop.step()
+    loop.step()
+    reporter = callbacks[1]
+    with reporter.db.session() as s:
+        job = s.get(Job, "ftjob-bench")
+        assert (job.status, job.steps_completed, job.total_steps) == ("running", 2, 5)
+        assert job.heartbeat_at is not None and job.trained_tokens == 2 * 2 * 12
+        steps = [e.data["step"] for e in s.scalars(select(JobEvent).where(JobEvent.type == "metrics"))]
+    assert steps == [1, 2]
+    assert loop.finish()["steps"] == 5

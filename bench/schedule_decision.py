@@ -191,7 +191,10 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
     for r in sorted(done, key=lambda r: (label_of(r) != "full", label_of(r))):
         loss = eval_at(r, steps)["eval_loss"]
         train = statistics.fmean(tail(r))
-        rows.append({"schedule": label_of(r), "k": r.get("k"), "num_layers": r.get("num_layers"),
+        # a stopped run's partial file lacks k and L: its fraction of L stands in
+        k_of_l = f"{r['k']}/{r['num_layers']}" if r.get("k") else f"{r['spec']['fraction']:g} L"
+        stopped_at = len(r["steps"]) if r.get("partial") else None
+        rows.append({"schedule": label_of(r), "k_of_l": k_of_l, "stopped_at": stopped_at,
                      "eval_loss": loss, "relative_gap": loss / full_loss - 1,
                      "recovered": (base - loss) / (base - full_loss), "train_loss_last": train,
                      "train_gap": train - full_train, "train_gap_rel": train / full_train - 1, "base": base})
@@ -206,7 +209,9 @@ def paper_table(rows: list[dict], steps: int, last: int = 100) -> str:
     for r in rows:
         gaps = ("", "", "") if r["schedule"] == "full" else (
             f"{r['relative_gap']:+.2%}", f"{r['recovered']:.1%}", f"{r['train_gap']:+.4f} ({r['train_gap_rel']:+.2%})")
-        out.append(f"| {r['schedule']} | {r['k']}/{r['num_layers']} | {r['eval_loss']:.4f} "
+        stopped = f" (stopped at step {r['stopped_at']})" if r["stopped_at"] else ""
+        out.append(f"| {r['schedule']}{stopped} | {r['k_of_l']} | "
+                   f"{r['eval_loss']:.4f} "
                    f"({math.exp(r['eval_loss']):.2f}) | {gaps[0]} | {gaps[1]} | {r['train_loss_last']:.4f} | "
                    f"{gaps[2]} |")
     base = rows[0]["base"]

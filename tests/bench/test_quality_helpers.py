@@ -162,5 +162,11 @@ def test_paper_claim_reports_the_papers_relative_gap_the_gain_share_and_the_pair
     assert row["train_gap_rel"] == pytest.approx(0.1 / 2.25)
     table = decide.paper_table(rows, 4, last=2)
     assert "| cyclic | 8/30 | 2.1000 (8.17) | +5.00% | 90.0% | 2.3500 | +0.1000 (+4.44%) |" in table
+    stopped = _lr_run("cyclic@0.5", 1e-4, [(0, 3.0), (4, 2.5)], 5)  # a stopped run's partial file: no k, L
+    del stopped["k"], stopped["num_layers"]
+    stopped.update(partial=True, spec={**stopped["spec"], "fraction": 0.5})
+    rows = decide.paper_claim([cyc, full, stopped], 4, last=2)
+    table = decide.paper_table(rows, 4)
+    assert "| cyclic@0.5 (stopped at step 5) | 0.5 L | 2.5000 (12.18) | +25.00% | 50.0% |" in table
     with pytest.raises(ValueError, match="step 4"):
         decide.paper_claim([cyc], 4)

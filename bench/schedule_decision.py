@@ -192,7 +192,8 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
         loss = eval_at(r, steps)["eval_loss"]
         train = statistics.fmean(tail(r))
         # a stopped run's partial file lacks k and L: its fraction of L stands in
-        k_of_l = f"{r['k']}/{r['num_layers']}" if r.get("k") else f"{r['spec']['fraction']:g} L"
+        k_of_l = (f"{r['k']}/{r['num_layers']}" if r.get("k") else "L" if label_of(r) == "full"
+                  else f"{r['spec']['fraction']:g} L")
         stopped_at = len(r["steps"]) if r.get("partial") else None
         rows.append({"schedule": label_of(r), "k_of_l": k_of_l, "stopped_at": stopped_at,
                      "eval_loss": loss, "relative_gap": loss / full_loss - 1,

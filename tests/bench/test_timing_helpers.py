@@ -1,6 +1,7 @@
 """The timing benches' own machinery on the tiny model: bench/step_time.py's interleaved rounds and
 per-round ratios, and bench/trainer_overhead.py's stepped Trainer loop (one optimizer step per call,
-the same weights as an uninterrupted `train()`)."""
+the same weights as an uninterrupted `train()`), its service-job mode's callbacks, and
+bench/adapter_ablation.py's per-layer LoRA lookup."""
 
 from __future__ import annotations
 
@@ -65,3 +66,14 @@ def test_service_job_callbacks_report_each_step_to_the_job_row_as_the_worker_doe
         steps = [e.data["step"] for e in s.scalars(select(JobEvent).where(JobEvent.type == "metrics"))]
     assert steps == [1, 2]
     assert loop.finish()["steps"] == 5
+
+
+def test_adapter_ablation_finds_each_layers_lora_b_and_parses_layer_ranges():
+    ablation = load_bench("adapter_ablation")
+    assert ablation.layer_ranges("0-7,12,") == [(0, 7), (12, 12)]
+    model = tiny_lora(0)
+    by_layer = ablation.lora_b_by_layer(model)
+    layers = model.config.num_hidden_layers
+    assert sorted(by_layer) == list(range(layers))
+    per_layer = {len(ps) for ps in by_layer.values()}
+    assert per_layer == {sum("lora_B" in n for n, _ in model.named_parameters()) // layers}

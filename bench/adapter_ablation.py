@@ -77,6 +77,8 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-examples", type=int, default=100)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--base", action=argparse.BooleanOptionalAction, default=True,
+                    help="also evaluate the base model (every LoRA off); the run's step-0 evaluation is the same")
     ap.add_argument("--out", required=True, help="the grid's --out folder (its data/ is rebuilt there)")
     args = ap.parse_args(argv)
     if args.threads:
@@ -107,7 +109,8 @@ def main(argv=None) -> None:
         return eval_loss(model, held.examples, args.batch, pad)
 
     t0 = time.perf_counter()
-    rows = [("base model (every layer's LoRA off)", loss_with(set(by_layer))), ("the whole adapter", loss_with(set()))]
+    rows = [("base model (every layer's LoRA off)", loss_with(set(by_layer)))] if args.base else []
+    rows.append(("the whole adapter", loss_with(set())))
     for lo, hi in layer_ranges(args.drop):
         rows.append((f"LoRA off in layers {lo}-{hi}", loss_with(set(range(lo, hi + 1)))))
     print(f"run={run.name} eval examples={len(held.examples)} layers={len(by_layer)} "

@@ -87,7 +87,9 @@ def main(argv=None) -> None:
     adapter = run / "adapter" / "adapter_model.safetensors"
     if not adapter.exists():
         raise SystemExit(f"{run}: no final adapter (adapter/adapter_model.safetensors); has the run ended?")
-    cfg = TrainConfig.from_dict(json.loads((run / "config.json").read_text()))
+    raw = json.loads((run / "config.json").read_text())
+    raw.pop("resolved", None)  # the trainer's record of what the run resolved (layers, k, ...), not config
+    cfg = TrainConfig.from_dict(raw)
     model, tokenizer, _ = load_components(cfg)
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file

@@ -326,9 +326,11 @@ def main(argv=None) -> None:
         print(confirmation_table(confirmation(runs, args.steps, step_rows), args.steps))
         return
     if args.table == "paper":
-        from bench.schedule_decision import paper_claim, paper_table
+        from bench.schedule_decision import paper_claim, paper_table, train_curve_table
 
         print(paper_table(paper_claim(runs, args.steps), args.steps))
+        print("\nmean train loss per 100 optimizer steps:\n")
+        print(train_curve_table(runs))
         return
     if args.table == "stability":
         # reference runs from the quality grid: seed 0, momentum on, the same lr, full / cyclic / freeze

@@ -218,3 +218,20 @@ def paper_table(rows: list[dict], steps: int, last: int = 100) -> str:
     base = rows[0]["base"]
     out.append(f"\nbase model (step 0) eval loss {base:.4f} (perplexity {math.exp(base):.2f})")
     return "\n".join(out)
+
+
+def train_curve_table(runs: list[dict], width: int = 100) -> str:
+    """Markdown: each run's mean train loss (nats per target token) over consecutive windows of `width`
+    optimizer steps, one column per window (a run stopped early leaves its later cells empty)."""
+    import statistics
+
+    runs = sorted(runs, key=lambda r: (label_of(r) != "full", label_of(r)))
+    n = max(len(r["steps"]) for r in runs) // width
+    out = ["| schedule | " + " | ".join(f"{i * width + 1}-{(i + 1) * width}" for i in range(n)) + " |",
+           "|---|" + "---|" * n]
+    for r in runs:
+        losses = [s["loss"] for s in r["steps"]]
+        cells = [f"{statistics.fmean(losses[i * width:(i + 1) * width]):.2f}" if len(losses) >= (i + 1) * width
+                 else "" for i in range(n)]
+        out.append(f"| {label_of(r)} | " + " | ".join(cells) + " |")
+    return "\n".join(out)

@@ -170,3 +170,13 @@ def test_paper_claim_reports_the_papers_relative_gap_the_gain_share_and_the_pair
     assert "| cyclic@0.5 (stopped at step 5) | 0.5 L | 2.5000 (12.18) | +25.00% | 50.0% |" in table
     with pytest.raises(ValueError, match="step 4"):
         decide.paper_claim([cyc], 4)
+
+
+def test_train_curve_table_averages_windows_and_leaves_a_stopped_runs_cells_empty():
+    full = _lr_run("full", 1e-4, [(0, 3.0), (4, 2.0)], 4)
+    for i, s in enumerate(full["steps"]):
+        s["loss"] = 4.0 - i  # 4, 3, 2, 1
+    short = _lr_run("cyclic", 1e-4, [(0, 3.0)], 2)
+    table = decide.train_curve_table([short, full], width=2)
+    assert "| schedule | 1-2 | 3-4 |" in table
+    assert "| full | 3.50 | 1.50 |" in table and "| cyclic | 1.00 |  |" in table

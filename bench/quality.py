@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
 from lcsb_core.loss import autocast_for
+from lcsb_core.models.quantization import compute_dtype
 from lcsb_core.setup import load_components
 from lcsb_core.trainer import Trainer
 
@@ -265,7 +266,9 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
               "cycle_length": trainer.schedule.cycle_length, "num_layers": trainer.selective.num_layers,
               "train_seconds": recorder.train_s, "evals": recorder.evals, "steps": recorder.steps,
               "peak_memory_mib": summary["peak_memory_mib"], "run_dir": summary["run_dir"],
-              "threads": torch.get_num_threads(), "torch": torch.__version__, "model": args.model}
+              "threads": torch.get_num_threads(), "torch": torch.__version__, "model": args.model,
+              "compute_dtype": str(compute_dtype(torch.device("cpu"))).removeprefix("torch."),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     return result
 
 

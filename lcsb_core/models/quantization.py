@@ -9,6 +9,7 @@ bitsandbytes' CPU backend does not support it.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import torch
 
@@ -50,11 +51,18 @@ def cpu_has_native_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
+#: Environment variable that, set to `1`, makes an NF4 base compute in fp32 on every CPU, so that a
+#: run on a bf16-capable CPU reproduces the numerics of one made on an AVX2-only CPU (benchmarks that
+#: complete a grid begun on another machine set it; see BENCHMARKS.md).
+CPU_FP32_ENV = "LCSB_CPU_FP32_COMPUTE"
+
+
 def compute_dtype(device: torch.device) -> torch.dtype:
     """dtype an NF4 base computes in (dequantized weights, residual stream, autocast): bf16 on CUDA and
-    on CPUs with native bf16 (`cpu_has_native_bf16`), else fp32. The NF4 weights and the LoRA adapter
-    are the same either way; only activation precision and memory differ (fp32: 2x per element)."""
-    if device.type == "cpu" and not cpu_has_native_bf16():
+    on CPUs with native bf16 (`cpu_has_native_bf16`), else fp32; fp32 on any CPU when the environment
+    sets `LCSB_CPU_FP32_COMPUTE=1` (`CPU_FP32_ENV`). The NF4 weights and the LoRA adapter are the same
+    either way; only activation precision and memory differ (fp32: 2x per element)."""
+    if device.type == "cpu" and (os.environ.get(CPU_FP32_ENV) == "1" or not cpu_has_native_bf16()):
         return torch.float32
     return torch.bfloat16
 

@@ -13,7 +13,13 @@ from lcsb_core.config import LoraSettings
 from lcsb_core.lora import apply_lora
 from lcsb_core.loss import lm_loss_sums
 from lcsb_core.models.loading import load_base_model
-from lcsb_core.models.quantization import base_dtype, compute_dtype, cpu_has_native_bf16, quantization_config
+from lcsb_core.models.quantization import (
+    CPU_FP32_ENV,
+    base_dtype,
+    compute_dtype,
+    cpu_has_native_bf16,
+    quantization_config,
+)
 from tests.core.tiny import batch, tiny_base
 
 
@@ -46,6 +52,15 @@ def test_nf4_computes_in_the_dtype_the_hardware_multiplies_fast():
     assert base_dtype("nf4", torch.device("cpu")) == compute_dtype(torch.device("cpu"))
     assert base_dtype("bf16", torch.device("cpu")) == torch.bfloat16  # an explicit choice stays
     assert base_dtype("fp32", torch.device("cuda")) == torch.float32
+
+
+def test_fp32_compute_can_be_forced_on_any_cpu(monkeypatch):
+    monkeypatch.setenv(CPU_FP32_ENV, "1")
+    assert compute_dtype(torch.device("cpu")) == torch.float32
+    assert quantization_config("nf4", torch.device("cpu")).bnb_4bit_compute_dtype == torch.float32
+    assert compute_dtype(torch.device("cuda")) == torch.bfloat16  # a CPU-only override
+    monkeypatch.setenv(CPU_FP32_ENV, "0")
+    assert compute_dtype(torch.device("cpu")) == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
 
 
 def test_base_linears_are_nf4(nf4_model):

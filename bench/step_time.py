@@ -235,10 +235,51 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
     return out
 
 
+def speedups(rows: list[dict]) -> dict[tuple, dict[str, float]]:
+    """Per row (keyed by `row_key`): `vs full` and `vs freeze`, each the median over rounds of the
+    per-round ratio (`round_ratio`) to full backprop and to freeze at the same k and checkpointing,
+    where those rows exist. Rows of one model and quant were timed in the same rounds."""
+    out: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["schedule"] == "forward":
+            continue
+        same = [x for x in rows if x["model"] == r["model"] and x["quant"] == r["quant"]
+                and x["checkpointing"] == r["checkpointing"]]
+        full = next((x for x in same if x["schedule"] == "full"), None)
+        freeze = next((x for x in same if x["schedule"] == "freeze" and x["k"] == r["k"]), None)
+        out[row_key(r)] = {name: round_ratio(ref["step_s_rounds"], r["step_s_rounds"])
+                           for name, ref in (("vs full", full), ("vs freeze", freeze)) if ref and ref is not r}
+    return out
+
+
+def row_key(r: dict) -> tuple:
+    """What identifies a row across runs: model, quant, schedule, k, checkpointing."""
+    return r["model"], r["quant"], r["schedule"], r["k"], r["checkpointing"]
+
+
+def compare(a: list[dict], b: list[dict]) -> str:
+    """Markdown: each speed-up of run `a` beside the same one of run `b` (two `--json` files of the same
+    command) and b / a - 1 in percent, the reproducibility check of issue 14 item 1 (target: within
+    +-10 %). Rows present in only one run are left out."""
+    sa, sb = speedups(a), speedups(b)
+    out = ["| model | quant | schedule | k | ckpt | ratio | run A | run B | B / A - 1 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for key, ra in sa.items():
+        for name, va in ra.items():
+            vb = sb.get(key, {}).get(name)
+            if vb is None:
+                continue
+            model, quant, schedule, k, ckpt = key
+            out.append(f"| {model} | {quant} | {schedule} | {k} | {'on' if ckpt else 'off'} | {name} | {va:.2f}x | "
+                       f"{vb:.2f}x | {vb / va - 1:+.1%} |")
+    return "\n".join(out)
+
+
 def table(rows: list[dict]) -> str:
     """Markdown: per row the step time (median over rounds), its spread, the speed-up over full backprop
-    and over freeze at the same k, the ideal (forward + the back-propagated share of full's backward)
-    and the memory columns."""
+    and over freeze at the same k (medians of per-round ratios, `speedups`), the ideal (forward + the
+    back-propagated share of full's backward) and the memory columns."""
+    ratios = speedups(rows)
     out = ["| model | quant | schedule | k/L | backprop layers | ckpt | step (s) | rounds min-max (s) | vs full | "
            "vs freeze | ideal (s) | of ideal | peak (MiB) | peak over idle (MiB) | mem vs full | saved act. (MiB) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -246,8 +287,6 @@ def table(rows: list[dict]) -> str:
         same = [x for x in rows if x["model"] == r["model"] and x["quant"] == r["quant"]]
         fwd = next(x for x in same if x["schedule"] == "forward")
         full = next((x for x in same if x["schedule"] == "full" and x["checkpointing"] == r["checkpointing"]), None)
-        freeze = next((x for x in same if x["schedule"] == "freeze" and x["k"] == r["k"]
-                       and x["checkpointing"] == r["checkpointing"]), None)
         is_step = r["schedule"] != "forward"
         ideal = (fwd["step_s"] + r["backprop_layers"] / r["layers"] * (full["step_s"] - fwd["step_s"])
                  if full and is_step else None)
@@ -256,8 +295,8 @@ def table(rows: list[dict]) -> str:
             r["model"], r["quant"], r["schedule"], f"{r['k']}/{r['layers']}",
             show(r.get("backprop_layers"), "{:.1f}"), "on" if r["checkpointing"] else "off",
             f"{r['step_s']:.3f}", f"{min(r['step_s_rounds']):.2f}-{max(r['step_s_rounds']):.2f}",
-            show(full["step_s"] / r["step_s"] if full and is_step else None, "{:.2f}x"),
-            show(freeze["step_s"] / r["step_s"] if freeze and is_step and r is not freeze else None, "{:.2f}x"),
+            show(ratios.get(row_key(r), {}).get("vs full"), "{:.2f}x"),
+            show(ratios.get(row_key(r), {}).get("vs freeze"), "{:.2f}x"),
             show(ideal, "{:.3f}"), show(ideal / r["step_s"] if ideal else None, "{:.0%}"),
             f"{r['peak_mib']:.0f}", f"{r['peak_over_idle_mib']:.0f}",
             show(r["peak_over_idle_mib"] / full["peak_over_idle_mib"] if full and is_step else None, "{:.2f}x"),
@@ -284,7 +323,13 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs one whole cycle of every row)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
     ap.add_argument("--json", default="", help="also write rows to this JSON file")
+    ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                    help="measure nothing: print each speed-up of two --json runs side by side")
     args = ap.parse_args(argv)
+    if args.compare:
+        a, b = (json.loads(Path(f).read_text()) for f in args.compare)
+        print(compare(a, b))
+        return
     args.fractions = [float(f) for f in args.fractions.split(",")]
     args.schedules = args.schedules.split(",")
     args.checkpointing = {"off": [False], "on": [True], "both": [False, True]}[args.checkpointing]

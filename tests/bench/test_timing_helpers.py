@@ -26,6 +26,24 @@ def test_interleave_rotates_the_order_and_times_only_the_timed_rounds():
     assert step_time.round_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(2.0)
 
 
+def _row(schedule: str, k: int, rounds: list[float]) -> dict:
+    return dict(model="m", quant="nf4", schedule=schedule, k=k, checkpointing=False, step_s_rounds=rounds)
+
+
+def test_speedups_are_per_round_ratios_and_compare_shows_both_runs():
+    # per-round ratios of top: 2.0, 1.6, 2.5 to full and 1.5, 1.2, 1.875 to freeze (medians 2.0 and 1.5);
+    # the ratios of the medians would be 4.0 / 2.5 = 1.6 and 3.0 / 2.5 = 1.2
+    run_a = [_row("full", 4, [2.0, 4.0, 10.0]), _row("freeze", 1, [1.5, 3.0, 7.5]), _row("top", 1, [1.0, 2.5, 4.0])]
+    ratios = step_time.speedups(run_a)
+    assert ratios[("m", "nf4", "top", 1, False)] == pytest.approx({"vs full": 2.0, "vs freeze": 1.5})
+    assert ratios[("m", "nf4", "full", 4, False)] == {}
+    run_b = [_row("full", 4, [2.2]), _row("freeze", 1, [1.5]), _row("top", 1, [1.0])]
+    lines = step_time.compare(run_a, run_b).splitlines()
+    top_vs_full = next(x for x in lines if "| top |" in x and "vs full" in x)
+    assert "2.00x | 2.20x | +10.0% |" in top_vs_full
+    assert not any("| full |" in x for x in lines[2:])  # full has no ratio to itself
+
+
 def _trainer(tmp_path, name: str, callbacks=()) -> Trainer:
     cfg = TrainConfig.from_dict({
         "data": {"train_file": "random"}, "output_dir": str(tmp_path / name), "batch_size": 2, "max_steps": 5,

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.quality import prepare_task
 from lcsb_core.config import TrainConfig
 from lcsb_core.data.batching import collate
-from lcsb_core.loss import autocast_for, lm_loss_sums
+from lcsb_core.loss import evaluate_batches
 from lcsb_core.setup import load_components
 
 
@@ -47,17 +47,10 @@ def layer_ranges(text: str) -> list[tuple[int, int]]:
     return out
 
 
-@torch.no_grad()
 def eval_loss(model, examples, batch_size: int, pad_token_id: int) -> float:
     """Mean loss in nats per target token over `examples` (EncodedExample list), in batches."""
-    model.eval()
-    loss_sum, targets = 0.0, 0
-    for start in range(0, len(examples), batch_size):
-        batch = collate(examples[start:start + batch_size], pad_token_id)
-        with autocast_for(model):
-            sums = lm_loss_sums(model, batch)
-        loss_sum, targets = loss_sum + float(sums.loss_sum), targets + sums.num_targets
-    return loss_sum / max(targets, 1)
+    batches = (collate(examples[i:i + batch_size], pad_token_id) for i in range(0, len(examples), batch_size))
+    return evaluate_batches(model, batches, with_accuracy=False).mean_loss
 
 
 def lora_b_by_layer(model) -> dict[int, list[torch.nn.Parameter]]:

@@ -10,6 +10,7 @@ gradient-accumulation window (the loss is a mean over target tokens, not a mean 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -64,3 +65,41 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     loss_sum = F.cross_entropy(logits, tgt, reduction="sum")
     num_correct = int((logits.detach().argmax(-1) == tgt).sum()) if with_accuracy else 0
     return LossSums(loss_sum, int(tgt.numel()), num_correct)
+
+
+@dataclass(frozen=True)
+class EvalTotals:
+    """Totals of an evaluation: `loss_sum` (nats), `num_targets` and `num_correct` (tokens)."""
+
+    loss_sum: float
+    num_targets: int
+    num_correct: int
+
+    @property
+    def mean_loss(self) -> float:
+        """Eval loss: mean nats per target token (0.0 with no targets)."""
+        return self.loss_sum / max(self.num_targets, 1)
+
+    @property
+    def token_accuracy(self) -> float:
+        """Share of target tokens whose argmax prediction is the label (0.0 with no targets)."""
+        return self.num_correct / max(self.num_targets, 1)
+
+
+@torch.no_grad()
+def evaluate_batches(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], *,
+                     with_accuracy: bool = True) -> EvalTotals:
+    """Sum `lm_loss_sums` over `batches` (each as `lm_loss_sums` takes it) in eval mode (dropout off),
+    under `autocast_for(model)`, without autograd; the model is back in train mode afterwards. The
+    loss is summed over tokens, so the mean is per target token, not per batch."""
+    model.eval()
+    loss_sum, targets, correct = 0.0, 0, 0
+    try:
+        for batch in batches:
+            with autocast_for(model):
+                sums = lm_loss_sums(model, batch, with_accuracy=with_accuracy)
+            loss_sum += float(sums.loss_sum)
+            targets, correct = targets + sums.num_targets, correct + sums.num_correct
+    finally:
+        model.train()
+    return EvalTotals(loss_sum, targets, correct)

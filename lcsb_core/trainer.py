@@ -25,7 +25,7 @@ from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.lora import decoder_layers
-from lcsb_core.loss import autocast_for, lm_loss_sums
+from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import FreeMemoryReleaser, peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
@@ -192,20 +192,11 @@ class Trainer:
             self.files.append(self.files.metrics, {"split": "train", **report.to_dict()})
         self._emit("on_step", report)
 
-    @torch.no_grad()
     def evaluate(self, step: int) -> EvalReport:
-        """Mean eval loss and token accuracy over the validation set (dropout off)."""
-        self.model.eval()
-        loss_sum, targets, correct = 0.0, 0, 0
-        for batch in self._batches(self.eval_dataset, epoch=0, shuffle=False):
-            with autocast_for(self.model):
-                sums = lm_loss_sums(self.model, batch, with_accuracy=True)
-            loss_sum += float(sums.loss_sum)
-            targets, correct = targets + sums.num_targets, correct + sums.num_correct
-        self.model.train()
-        report = EvalReport(step=step, eval_loss=loss_sum / max(targets, 1),
-                            eval_token_accuracy=correct / max(targets, 1), eval_target_tokens=targets,
-                            elapsed_s=time.perf_counter() - self.run.t_start)
+        """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`)."""
+        totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False))
+        report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
+                            eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start)
         self.run.eval_history.append(report)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
         self._emit("on_eval", report)

@@ -17,8 +17,8 @@ every step), the default schedule, lr 2e-4, no evaluation. After every optimizer
 
 Printed (stdout): one row per mode with RSS after steps 10, 50, 100, 150 and the last (MiB), the highest
 RSS after any step, the growth from the median of steps 11-30 to the median of the last 20 steps (MiB
-and ratio), the number of distinct batch shapes, trims done, and the median step seconds. `--json`
-writes every step's RSS.
+and ratio), trims done, and the median step seconds; the header line gives the examples' token-length
+range. `--json` writes every step's RSS.
 
     python bench/rss_flat.py --steps 200 --json bench/results/rss_flat_cpu.json
     python bench/rss_flat.py --steps 12 --seq 128            # a smoke run (says nothing about memory)

@@ -60,17 +60,24 @@ def release_free_memory(device: torch.device) -> None:
 
 class FreeMemoryReleaser:
     """When to call `release_free_memory` between optimizer steps (CPU): only when the resident set
-    after a step has grown past `growth` times the level it settled at after the last release (the
-    highest resident set after any of the first `window` steps since then, so that a schedule whose
-    steps differ, e.g. `topfull`'s full step every N-th, settles at its largest step).
+    after a step has grown past `growth` times the reference level, which is the highest resident set
+    after any of the run's first `window` steps (so that a schedule whose steps differ, e.g. `topfull`'s
+    full step every N-th, settles at its largest step), raised to the resident set right after a
+    release when a release cannot bring it below that level (memory the run really holds).
 
-    Trimming after every step costs more than the trim itself: the next step faults the returned
+    The reference is kept across releases, so the resident set stays within `growth` times the first
+    settled level. An earlier rule settled a new reference after every release, at the fragmented
+    level the heap had reached, and let the resident set climb by `growth` per release: measured over
+    200 GSM8K steps of 103-384 tokens (bench/rss_flat.py, BENCHMARKS.md 1e) it grew 1.25x, against
+    1.50x with no release and 1.09x with a release after every step.
+
+    Releasing after every step costs more than the release itself: the next step faults the returned
     pages back in. Measured interleaved on SmolLM2-135M NF4, `topfull/4`, 4 x 256, one thread
     (bench/trainer_overhead.py, BENCHMARKS.md 1e): the trainer's step was 1.10x the bare step with a
     trim after every step and 1.00x without. Steps of one shape keep a flat resident set without
-    trims; batches of varying shapes fragment the heap and make it grow (the growth the trim was added
-    for), and then it is trimmed. `after_step` returns True when it trimmed. No-op on CUDA (the
-    caching allocator holds its own pool). Raises ValueError for `growth` <= 1 or `window` < 1."""
+    releases; batches of varying shapes fragment the heap and make it grow, and then it is released.
+    `after_step` returns True when it released. No-op on CUDA (the caching allocator holds its own
+    pool). Raises ValueError for `growth` <= 1 or `window` < 1."""
 
     def __init__(self, device: torch.device, growth: float = 1.25, window: int = 8) -> None:
         if growth <= 1.0:
@@ -78,8 +85,8 @@ class FreeMemoryReleaser:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.device, self.growth, self.window = device, growth, window
-        self.settled_mib = 0.0  # the highest resident set after a step within the window, MiB
-        self.steps_since_release = 0
+        self.reference_mib = 0.0  # the level the resident set may grow `growth` times past, MiB
+        self.steps = 0
 
     def after_step(self, rss_mib: float | None = None) -> bool:
         """Call after each optimizer step; `rss_mib` (the resident set now, MiB) defaults to
@@ -87,12 +94,12 @@ class FreeMemoryReleaser:
         if self.device.type != "cpu":
             return False
         rss = current_mib(self.device) if rss_mib is None else rss_mib
-        self.steps_since_release += 1
-        if self.steps_since_release <= self.window:
-            self.settled_mib = max(self.settled_mib, rss)
+        self.steps += 1
+        if self.steps <= self.window:
+            self.reference_mib = max(self.reference_mib, rss)
             return False
-        if rss <= self.settled_mib * self.growth:
+        if rss <= self.reference_mib * self.growth:
             return False
         release_free_memory(self.device)
-        self.settled_mib, self.steps_since_release = 0.0, 0  # settle again over the next window
+        self.reference_mib = max(self.reference_mib, current_mib(self.device))
         return True

@@ -9,19 +9,29 @@ from lcsb_core import memory_probe
 from lcsb_core.memory_probe import FreeMemoryReleaser
 
 
-def test_trims_only_when_the_resident_set_grows_past_the_level_settled_over_the_window(monkeypatch):
+def test_trims_only_when_the_resident_set_grows_past_the_first_settled_level(monkeypatch):
     trims: list[int] = []
+    after_trim = iter([700.0, 1100.0, 1000.0])  # the resident set right after each release, MiB
     monkeypatch.setattr(memory_probe, "release_free_memory", lambda device: trims.append(1))
+    monkeypatch.setattr(memory_probe, "current_mib", lambda device: next(after_trim))
     releaser = FreeMemoryReleaser(torch.device("cpu"), growth=1.25, window=4)
     # a topfull-like cycle: three small steps and a full one; it settles at the full step's level
     assert [releaser.after_step(r) for r in (800, 800, 800, 1000)] == [False] * 4
-    assert releaser.settled_mib == 1000
+    assert releaser.reference_mib == 1000
     # the same cycle again, and up to 1.25 x 1,000: never trimmed
     assert [releaser.after_step(r) for r in (800, 810, 790, 1010, 1249)] == [False] * 5
-    # the heap fragments: past 1.25 x 1,000 it is trimmed once, then settles again over 4 steps
+    # the heap fragments: past 1.25 x 1,000 it is trimmed, back to 700 MiB; the reference stays 1,000
     assert releaser.after_step(1300) is True and trims == [1]
-    assert [releaser.after_step(r) for r in (700, 900, 700, 900, 1100, 1120)] == [False] * 6
-    assert releaser.after_step(1130) is True and len(trims) == 2  # 1,130 > 1.25 x 900
+    assert releaser.reference_mib == 1000
+    # it grows again: trimmed again at the same bar, not at 1.25 x a level settled after the trim
+    assert [releaser.after_step(r) for r in (900, 1100, 1200, 1250)] == [False] * 4
+    assert releaser.after_step(1251) is True and len(trims) == 2
+    # a trim that cannot get below the reference (1,100 MiB really held) raises it, so the next
+    # steps at that level are not trimmed again and again
+    assert releaser.reference_mib == 1100
+    assert [releaser.after_step(r) for r in (1200, 1300, 1375)] == [False] * 3
+    assert releaser.after_step(1376) is True and len(trims) == 3
+    assert releaser.reference_mib == 1100  # 1,000 after this release: it keeps the higher level
 
 
 def test_cuda_never_trims_and_the_settings_are_checked(monkeypatch):
@@ -37,4 +47,4 @@ def test_cuda_never_trims_and_the_settings_are_checked(monkeypatch):
 def test_reads_the_real_resident_set_when_none_is_given():
     releaser = FreeMemoryReleaser(torch.device("cpu"))
     assert releaser.after_step() is False
-    assert releaser.settled_mib > 10  # this Python process, MiB
+    assert releaser.reference_mib > 10  # this Python process, MiB

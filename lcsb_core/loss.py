@@ -5,6 +5,19 @@ of the FLOPs of a forward), and only target positions need logits; slicing the h
 positions before the head saves that work for prompt tokens and padding, in forward and backward.
 Sums (not means) are returned so the trainer can divide by the target-token count of the whole
 gradient-accumulation window (the loss is a mean over target tokens, not a mean of micro-batch means).
+
+With autograd recording, the head and the cross-entropy run over chunks of target positions whose
+fp32 logits take at most `lcsb_core.memory.LOSS_CHUNK_BYTES` (16 MiB: 85 positions at SmolLM2's 49,152-token
+vocabulary, 16 at Gemma-3's 262,144), and each chunk's gradient with respect to its hidden states is
+taken right away, inside the forward (`HeadLossSum`; the technique of Liger-Kernel's fused linear
+cross-entropy, here with autograd's own kernels instead of custom ones). Backward then only scales
+the stored [N, hidden] gradient. So the [N, vocab] logits (SmolLM2, 4 x 256 targets: 1,020 x 49,152
+fp32 = 192 MiB; with the softmax and their gradients about 800 MiB a step) are never alive at once, and
+no GEMM is recomputed. The chunk's buffers stay under glibc's mmap threshold, so the C heap reuses
+them instead of mapping and faulting in fresh pages every step (1.3-1.5 s per GiB on this project's
+VMs). Each position's loss and gradient are computed by the same ops as without chunks; only the
+loss's summation order differs. Measured in bench/page_faults.py (BENCHMARKS.md 1f). The LM head must
+be frozen (LoRA adapts the decoder's projections only); a trainable head gets the unchunked loss.
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lcsb_core import memory
 from lcsb_core.lora import causal_lm
 
 IGNORE_INDEX = -100
@@ -51,7 +65,8 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     not -100. Labels are unshifted (label t is predicted from position t-1), as in transformers.
     `with_accuracy` also counts argmax hits (an extra pass over the [N, vocab] logits: eval only).
     Call inside `autocast_for(model)` for bf16 bases. A config's `final_logit_softcapping` is applied
-    as the model's own forward does (`cap * tanh(logits / cap)`)."""
+    as the model's own forward does (`cap * tanh(logits / cap)`). The head runs in chunks of positions,
+    with the chunks' gradients taken during the forward when autograd records (module docstring)."""
     lm = causal_lm(model)
     kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
     hidden = lm.get_decoder()(input_ids=batch["input_ids"], use_cache=False, **kwargs).last_hidden_state
@@ -59,12 +74,55 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     mask = targets != IGNORE_INDEX
     picked = hidden[:, :-1][mask]  # [N, hidden]
     tgt = targets[mask]  # [N]
-    logits = lm.get_output_embeddings()(picked).float()  # [N, vocab]
-    if cap := getattr(lm.config, "final_logit_softcapping", None):  # Gemma-2 (30.0); None for Gemma-3, Llama
-        logits = torch.tanh(logits / cap) * cap
-    loss_sum = F.cross_entropy(logits, tgt, reduction="sum")
-    num_correct = int((logits.detach().argmax(-1) == tgt).sum()) if with_accuracy else 0
+    head = lm.get_output_embeddings()
+    cap = getattr(lm.config, "final_logit_softcapping", None)  # Gemma-2 (30.0); None for Gemma-3, Llama
+    vocab_bytes = head.weight.shape[0] * 4
+    chunk_bytes = memory.LOSS_CHUNK_BYTES
+    size = max(chunk_bytes // vocab_bytes, 1) if chunk_bytes else max(int(tgt.numel()), 1)
+    if tgt.numel() == 0:  # no targets: a zero that still reaches the graph, as cross_entropy's empty sum did
+        return LossSums(picked.float().sum() * 0.0, 0, 0)
+    if chunk_bytes and picked.requires_grad and torch.is_grad_enabled() and \
+            not any(p.requires_grad for p in head.parameters()):
+        return LossSums(HeadLossSum.apply(picked, tgt, head, cap, size), int(tgt.numel()), 0)
+    loss_sum, num_correct = picked.new_zeros((), dtype=torch.float32), 0
+    for i in range(0, int(tgt.numel()), size):
+        logits = _logits(head, cap, picked[i:i + size])
+        loss_sum = loss_sum + F.cross_entropy(logits, tgt[i:i + size], reduction="sum")
+        num_correct += int((logits.detach().argmax(-1) == tgt[i:i + size]).sum()) if with_accuracy else 0
     return LossSums(loss_sum, int(tgt.numel()), num_correct)
+
+
+def _logits(head: nn.Module, cap: float | None, hidden: torch.Tensor) -> torch.Tensor:
+    """fp32 logits [n, vocab] of `hidden` [n, d], soft-capped as the model's own forward does."""
+    logits = head(hidden).float()
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+class HeadLossSum(torch.autograd.Function):
+    """Summed cross-entropy of a frozen LM head over chunks of positions, with each chunk's gradient taken
+    during the forward (module docstring). `apply(hidden, tgt, head, cap, size)`: `hidden` [N, d] (the
+    decoder's output at target positions, any float dtype), `tgt` [N] token ids, `head` the frozen output
+    embedding, `cap` the final-logit soft cap or None, `size` positions per chunk. Returns a 0-dim fp32
+    loss sum (nats); backward gives `hidden` grad_output x the stored [N, d] gradient, nothing else."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, tgt: torch.Tensor, head: nn.Module, cap: float | None,
+                size: int) -> torch.Tensor:
+        grad = torch.empty_like(hidden)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        with torch.enable_grad():
+            for i in range(0, hidden.shape[0], size):
+                h = hidden[i:i + size].detach().requires_grad_(True)
+                chunk = F.cross_entropy(_logits(head, cap, h), tgt[i:i + size], reduction="sum")
+                grad[i:i + size] = torch.autograd.grad(chunk, h)[0]
+                total += chunk.detach()
+        ctx.save_for_backward(grad)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output.to(grad.dtype), None, None, None, None
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ loss (`lcsb_core.loss.HeadLossSum`, `lcsb_core.memory.LOSS_CHUNK_BYTES`) and kee
 
 Modes, one child process each (glibc settings are per process, and a fresh process gives each its own peak):
 - `whole`: the loss over all target positions at once (`LOSS_CHUNK_BYTES` = 0), glibc as it comes: the
-  step before the chunked loss;
-- `chunked`: the product's step (the LM head and cross-entropy in chunks of 16 MiB of logits, each chunk's
-  gradient taken during the forward: `lcsb_core.loss.HeadLossSum`);
+  product's step today;
+- `chunked`: the LM head and cross-entropy in chunks of 16 MiB of logits, each chunk's gradient taken
+  during the forward (`lcsb_core.loss.HeadLossSum`);
 - `whole+retain`: `whole` with `retain_freed_memory` called before the model loads;
-- `chunked+retain`: both, as the product's training processes run (`lcsb train`, the worker's child).
+- `chunked+retain`: both, as the product's training processes would run once the memory estimate is
+  refitted (`lcsb_core.memory.LOSS_CHUNK_BYTES`).
 Each pair runs one child per mode, the order rotated between pairs so machine drift spreads over all
 modes. Each child loads
 SmolLM2-135M-Instruct NF4 with LoRA r16 (bench/trainer_overhead.py `trainer_for`), runs one untimed
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PAGE_MIB = 4096 / 2**20
 MODES = ("whole", "chunked", "whole+retain", "chunked+retain")
+CHUNK_BYTES = 16 * 2**20  # the chunked modes' lcsb_core.memory.LOSS_CHUNK_BYTES
 
 
 def fault_probe(gib: int = 1, reps: int = 3) -> dict:
@@ -79,8 +81,7 @@ def child(args) -> dict:
     from lcsb_core import memory
 
     applied = retain_freed_memory(device) if args.child.endswith("+retain") else False
-    if args.child.startswith("whole"):
-        memory.LOSS_CHUNK_BYTES = 0
+    memory.LOSS_CHUNK_BYTES = 0 if args.child.startswith("whole") else CHUNK_BYTES
     with tempfile.TemporaryDirectory() as tmp:
         trainer = trainer_for(args, args.schedule, 1, tmp, device)
         trainer.setup()

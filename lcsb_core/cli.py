@@ -86,12 +86,6 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
     try:
         cfg = load_config(config, set_)
         cfg.check_honoured()  # before the model loads, not after
-        if not cfg.model.device.startswith("cuda"):  # this process only trains (BENCHMARKS.md 1f)
-            import torch
-
-            from lcsb_core.memory_probe import retain_freed_memory
-
-            retain_freed_memory(torch.device("cpu"))
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}")]
         with Progress(*columns, console=console) as progress:

@@ -6,18 +6,19 @@ positions before the head saves that work for prompt tokens and padding, in forw
 Sums (not means) are returned so the trainer can divide by the target-token count of the whole
 gradient-accumulation window (the loss is a mean over target tokens, not a mean of micro-batch means).
 
-With autograd recording, the head and the cross-entropy run over chunks of target positions whose
-fp32 logits take at most `lcsb_core.memory.LOSS_CHUNK_BYTES` (16 MiB: 85 positions at SmolLM2's 49,152-token
-vocabulary, 16 at Gemma-3's 262,144), and each chunk's gradient with respect to its hidden states is
-taken right away, inside the forward (`HeadLossSum`; the technique of Liger-Kernel's fused linear
-cross-entropy, here with autograd's own kernels instead of custom ones). Backward then only scales
-the stored [N, hidden] gradient. So the [N, vocab] logits (SmolLM2, 4 x 256 targets: 1,020 x 49,152
-fp32 = 192 MiB; with the softmax and their gradients about 800 MiB a step) are never alive at once, and
-no GEMM is recomputed. The chunk's buffers stay under glibc's mmap threshold, so the C heap reuses
-them instead of mapping and faulting in fresh pages every step (1.3-1.5 s per GiB on this project's
-VMs). Each position's loss and gradient are computed by the same ops as without chunks; only the
-loss's summation order differs. Measured in bench/page_faults.py (BENCHMARKS.md 1f). The LM head must
-be frozen (LoRA adapts the decoder's projections only); a trainable head gets the unchunked loss.
+With `lcsb_core.memory.LOSS_CHUNK_BYTES` > 0 (off by default: see its docstring) and autograd
+recording, the head and the cross-entropy run over chunks of target positions whose fp32 logits take
+at most that many bytes (16 MiB: 85 positions at SmolLM2's 49,152-token vocabulary, 16 at Gemma-3's
+262,144), and each chunk's gradient with respect to its hidden states is taken right away, inside the
+forward (`HeadLossSum`; the technique of Liger-Kernel's fused linear cross-entropy, here with
+autograd's own kernels instead of custom ones). Backward then only scales the stored [N, hidden]
+gradient. So the [N, vocab] logits (SmolLM2, 4 x 256 targets: 1,020 x 49,152 fp32 = 192 MiB; with the
+softmax and their gradients about 800 MiB a step) are never alive at once, and no GEMM is recomputed.
+The chunk's buffers stay under glibc's mmap threshold, so the C heap can reuse them instead of mapping
+and faulting in fresh pages every step (1.4-1.5 s per GiB on this project's VMs). Each position's loss
+and gradient are computed by the same ops as without chunks; only the loss's summation order
+differs. Measured in bench/page_faults.py (BENCHMARKS.md 1f). The LM head must be frozen (LoRA adapts
+the decoder's projections only); a trainable head gets the unchunked loss.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     not -100. Labels are unshifted (label t is predicted from position t-1), as in transformers.
     `with_accuracy` also counts argmax hits (an extra pass over the [N, vocab] logits: eval only).
     Call inside `autocast_for(model)` for bf16 bases. A config's `final_logit_softcapping` is applied
-    as the model's own forward does (`cap * tanh(logits / cap)`). The head runs in chunks of positions,
-    with the chunks' gradients taken during the forward when autograd records (module docstring)."""
+    as the model's own forward does (`cap * tanh(logits / cap)`). With `memory.LOSS_CHUNK_BYTES` set, the
+    head runs in chunks of positions, their gradients taken during the forward when autograd records
+    (module docstring)."""
     lm = causal_lm(model)
     kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
     hidden = lm.get_decoder()(input_ids=batch["input_ids"], use_cache=False, **kwargs).last_hidden_state

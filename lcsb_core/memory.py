@@ -14,14 +14,12 @@ V vocab, L decoder layers):
     lora_state   LoRA parameters x 20 B: fp32 weight, fp32 grad (zero tensors for skipped layers),
                  AdamW m and v, and the history's pre-step snapshot
     activations  (layers that keep autograd state) x B*T x (24 H + 12 I) B, plus the LM head's saved
-                 logits 9 B x N x V when the loss runs unchunked (`LOSS_CHUNK_BYTES` = 0; the chunked
-                 loss keeps only a [N, H] gradient, 4 B x N x H). Layers that keep state: full -> L;
-                 freeze -> L (worst block: the lowest, everything above it is back-propagated); LCSB -> k. With gradient
+                 logits 9 B x N x V. Layers that keep state: full -> L; freeze -> L (worst block: the
+                 lowest, everything above it is back-propagated); LCSB -> k. With gradient
                  checkpointing a kept layer stores only its input (4 H B/token) and one layer is
                  recomputed at a time.
-    transient    the logits' gradient (4 B x N x V; with the chunked loss it stands for the chunks'
-                 buffers and the heap they leave, kept at that size) plus 8 layers' worth of per-token
-                 buffers (backward temporaries, allocator slack)
+    transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
+                 (backward temporaries, allocator slack)
     loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2;
                  the run's peak is the larger of loading and training
 
@@ -45,10 +43,14 @@ if TYPE_CHECKING:
     from lcsb_core.config import TrainConfig
 
 MIB = 1024 * 1024
-LOSS_CHUNK_BYTES = 16 * MIB
-"""fp32 logits per chunk of the training loss's LM head (`lcsb_core.loss.HeadLossSum`), bytes: 85 target
-positions at SmolLM2's 49,152-token vocabulary, 16 at Gemma-3's 262,144. 0 runs the head over all target
-positions at once. Here, not in `lcsb_core.loss`, so that the estimate reads it without importing torch."""
+LOSS_CHUNK_BYTES = 0
+"""fp32 logits per chunk of the training loss's LM head (`lcsb_core.loss.HeadLossSum`), bytes; 0 (the
+default) runs the head over all target positions at once. 16 MiB (85 target positions at SmolLM2's
+49,152-token vocabulary, 16 at Gemma-3's 262,144) made the default `topfull/4` step 1.12x faster at 0.90x
+of its peak together with `memory_probe.retain_freed_memory` (BENCHMARKS.md 1f). It stays off until
+this module's estimate is refitted to it: with it on and the head's terms moved to the chunks, the
+Gemma-3-270M estimate test read 1.53x its measured peak and SmolLM2 `tail` 0.82x. Here, not in
+`lcsb_core.loss`, so that the estimate can read it without importing torch."""
 RUNTIME_MIB = {"cpu": 800.0, "cuda": 600.0}
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
 FP32_ACTIVATION_SCALE = 1.25
@@ -123,7 +125,7 @@ def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_ran
         layer_act = kept * tokens * 4 * h * act_scale + per_layer
     else:
         layer_act = kept * per_layer
-    head = 4 * tokens * h if LOSS_CHUNK_BYTES else 9 * tokens * v
+    head = 9 * tokens * v
     runtime = RUNTIME_MIB["cuda" if device.startswith("cuda") else "cpu"]
     return MemoryEstimate(
         runtime_mib=runtime,

@@ -69,11 +69,12 @@ def retain_freed_memory(device: torch.device) -> bool:
     zero. Affects allocations made after the call, for the whole process. Resident memory stays near
     the largest step's level; `FreeMemoryReleaser` still returns free pages when it grows.
 
-    For a process that only trains (`lcsb train`, the worker's training child): measured with the
-    chunked LM-head loss on SmolLM2-135M NF4, 4 x 256, the default `topfull/4` step 1.12x faster and its
-    peak 0.90x; without the chunked loss, full backprop's step 1.13x faster but its peak 1.12x
-    (bench/page_faults.py, BENCHMARKS.md 1f). Returns whether the settings were applied (False on
-    CUDA, or without glibc); glibc manual, "Memory Allocation Tunables"."""
+    Meant for a process that only trains (`lcsb train`, the worker's training child), together with the
+    chunked LM-head loss (`memory.LOSS_CHUNK_BYTES`); nothing calls it yet (see that constant). Measured
+    on SmolLM2-135M NF4, 4 x 256: with the chunked loss, the default `topfull/4` step 1.12x faster and
+    its peak 0.90x; without it, full backprop's step 1.13x faster but its peak 1.12x
+    (bench/page_faults.py, BENCHMARKS.md 1f). Returns whether the settings were applied (False on CUDA,
+    or without glibc); glibc manual, "Memory Allocation Tunables"."""
     if device.type != "cpu":
         return False
     try:

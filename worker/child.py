@@ -131,12 +131,6 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
             train_set, eval_set = check_datasets(cfg, db, spec["job_id"])  # before the model loads
             if spec["device"].startswith("cuda"):
                 _cap_cuda(spec)
-            else:  # this process only trains: keep freed step memory mapped (BENCHMARKS.md 1f)
-                import torch
-
-                from lcsb_core.memory_probe import retain_freed_memory
-
-                retain_freed_memory(torch.device("cpu"))
             try:
                 summary = Trainer(cfg, callbacks=[watch, reporter], train_dataset=train_set,
                                   eval_dataset=eval_set).train()

@@ -8,8 +8,10 @@
 # Everything it starts is stopped on exit; each run starts from an empty runs/service/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/lcsb ] && .venv/bin/python -c "import lcsb_client, worker, api" 2>/dev/null || bash scripts/setup.sh
 DATA=${LCSB_SHARED_DATA:-../shared/data}
+[ -f "$DATA/gsm8k/train.jsonl" ] || { echo "no GSM8K data at $DATA/gsm8k: the job reads ../shared/data beside" \
+  "this checkout; set LCSB_SHARED_DATA to the shared data folder (e.g. LCSB_SHARED_DATA=/work/shared/data)" >&2; exit 2; }
+[ -x .venv/bin/lcsb ] && .venv/bin/python -c "import lcsb_client, worker, api" 2>/dev/null || bash scripts/setup.sh
 SPEC=${LCSB_MAIN_JOB_SPEC:-examples/gsm8k_job.yaml}   # another job spec (same data paths) to compare
 PORT=${LCSB_PORT:-8765}
 export LCSB_DATA_DIR="$PWD/runs/service" LCSB_ENVIRONMENT=development

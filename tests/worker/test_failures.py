@@ -152,13 +152,14 @@ def test_time_limit_is_timeout_and_keeps_checkpoints(make_settings, start_worker
     """A 30 s limit: the loop is asked to stop after its current step; the job fails `timeout`. (A 12 s
     limit ended a job before its first checkpoint, step 3, on a 2-core AVX2 machine where NF4 computes
     in fp32; 30 s leaves room for the model load and three steps there.)"""
-    settings = make_settings(job_time_limit_s=30.0, job_kill_grace_s=10.0)
+    limit_s, grace_s = 30.0, 10.0
+    settings = make_settings(job_time_limit_s=limit_s, job_kill_grace_s=grace_s)
     service = make_service(settings)
     start_worker(settings)
     job = service.create_job(**LONG)
     t0 = time.monotonic()
-    failed = service.wait(job["id"], {"failed", "succeeded"}, 30.0 + 10.0 + 5.0)
-    print(f"[worker] time limit 30 s -> failed after {time.monotonic() - t0:.1f} s")
+    failed = service.wait(job["id"], {"failed", "succeeded"}, limit_s + grace_s + 5.0)
+    print(f"[worker] time limit {limit_s:.0f} s -> failed after {time.monotonic() - t0:.1f} s")
     assert failed["error"]["code"] == "timeout" and "time limit" in failed["error"]["message"]
     ckpts = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=service.headers).json()["data"]
     assert ckpts, "checkpoints written before the limit are kept"

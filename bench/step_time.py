@@ -14,6 +14,12 @@ step is `forward + (backprop layers / L) * (full step - forward)`, with a schedu
 layers per step (`Schedule.backprop_layers`). Memory: CUDA peak allocated; on CPU the peak resident set
 (after `malloc_trim`, VmHWM reset per row) and, exactly, the bytes autograd saved for backward
 (`saved_tensors_hooks`), both in MiB.
+
+`--allocator` (CPU): `trim` (the default) returns the C allocator's free pages before every cycle, as
+the product's training loop may between steps, so each cycle pays the page faults of memory mapped
+afresh, whose cost varies with the machine's state (BENCHMARKS.md 1f); `retain` calls
+`memory_probe.retain_freed_memory` first and never trims, so after the warm-up round the steps reuse
+mapped pages and the times are compute alone (the peak columns are then not per row and are left out).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lcsb_core.config import LoraSettings, OptimSettings
 from lcsb_core.lora import apply_lora
 from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak
+from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak, retain_freed_memory
 from lcsb_core.models.loading import load_base_model, resolve_model_path
 from lcsb_core.optim import build_optimizer
 from lcsb_core.schedules import make_schedule
@@ -154,11 +160,11 @@ def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, f
 
 
 def interleave(cycles: Sequence[Sequence[Callable[[], object]]], names: Sequence[str], device: torch.device, *,
-               rounds: int, warmup_rounds: int) -> tuple[list[list[float]], list[float]]:
+               rounds: int, warmup_rounds: int, trim: bool = True) -> tuple[list[list[float]], list[float]]:
     """Run every mode's cycle (`cycles[i]`: the step callables of one whole cycle of mode i) round-robin:
     `warmup_rounds` untimed rounds, then `rounds` timed ones, the order rotated by one each round so
     drift, warm-up and allocator state spread over all modes. Before each cycle the C allocator's free
-    pages are returned (`malloc_trim`) and the peak window is reset.
+    pages are returned (`malloc_trim`; not with `trim=False`) and the peak window is reset.
 
     Returns (times, peaks): `times[i]` one entry per timed round, mode i's mean seconds per step over its
     cycle; `peaks[i]` the largest peak memory (MiB; CPU: resident set, CUDA: allocated) over its timed
@@ -169,7 +175,8 @@ def interleave(cycles: Sequence[Sequence[Callable[[], object]]], names: Sequence
         order = list(range(len(cycles)))
         order = order[rnd % len(order):] + order[:rnd % len(order)]
         for i in order:
-            release_free_memory(device)
+            if trim:
+                release_free_memory(device)
             reset_peak(device)
             cycle = [timed(fn, device) for fn in cycles[i]]
             if rnd >= warmup_rounds:
@@ -217,8 +224,9 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
                 rows.append((dict(schedule=token, k=sched.k, checkpointing=ckpt,
                                   backprop_layers=statistics.fmean(len(sched.backprop_layers(t))
                                                                    for t in range(sched.cycle_length))), fns))
+    trim = args.allocator == "trim"
     times, peaks = interleave([fns for _, fns in rows], [row["schedule"] for row, _ in rows], device,
-                              rounds=args.rounds, warmup_rounds=args.warmup_rounds)
+                              rounds=args.rounds, warmup_rounds=args.warmup_rounds, trim=trim)
     out = []
     for i, (row, fns) in enumerate(rows):
         saved = 0.0
@@ -227,8 +235,9 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
                 fn()
             saved = max(saved, sb.bytes / MIB)
         out.append(dict(model=label, quant=quant, layers=L, **{"checkpointing": False, "backprop_layers": None, **row},
-                        step_s=statistics.median(times[i]), step_s_rounds=times[i], peak_mib=peaks[i],
-                        peak_over_idle_mib=peaks[i] - idle if device.type == "cpu" else peaks[i],
+                        step_s=statistics.median(times[i]), step_s_rounds=times[i], allocator=args.allocator,
+                        peak_mib=peaks[i] if trim else None,
+                        peak_over_idle_mib=(peaks[i] - idle if device.type == "cpu" else peaks[i]) if trim else None,
                         saved_activations_mib=saved))
         print(json.dumps(out[-1]), file=sys.stderr, flush=True)
     release_free_memory(device)
@@ -298,8 +307,9 @@ def table(rows: list[dict]) -> str:
             show(ratios.get(row_key(r), {}).get("vs full"), "{:.2f}x"),
             show(ratios.get(row_key(r), {}).get("vs freeze"), "{:.2f}x"),
             show(ideal, "{:.3f}"), show(ideal / r["step_s"] if ideal else None, "{:.0%}"),
-            f"{r['peak_mib']:.0f}", f"{r['peak_over_idle_mib']:.0f}",
-            show(r["peak_over_idle_mib"] / full["peak_over_idle_mib"] if full and is_step else None, "{:.2f}x"),
+            show(r["peak_mib"], "{:.0f}"), show(r["peak_over_idle_mib"], "{:.0f}"),
+            show(r["peak_over_idle_mib"] / full["peak_over_idle_mib"]
+                 if full and is_step and r["peak_over_idle_mib"] is not None else None, "{:.2f}x"),
             f"{r['saved_activations_mib']:.0f}",
         ]) + " |")
     return "\n".join(out)
@@ -322,6 +332,8 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup-rounds", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (each runs one whole cycle of every row)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
+    ap.add_argument("--allocator", default="trim", choices=["trim", "retain"],
+                    help="CPU: malloc_trim before every cycle (trim), or retain freed memory and time compute alone")
     ap.add_argument("--json", default="", help="also write rows to this JSON file")
     ap.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                     help="measure nothing: print each speed-up of two --json runs side by side")
@@ -336,6 +348,8 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.allocator == "retain" and not retain_freed_memory(device):
+        raise SystemExit("--allocator retain needs a CPU device and glibc")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         targets = ([(shape_folder(s, Path(tmp), device), s) for s in args.shapes.split(",")] if args.shapes
@@ -345,6 +359,7 @@ def main(argv=None) -> None:
                 rows += bench_model(folder, label, quant, args, device)
     print(f"device={args.device} batch={args.batch} seq={args.seq} rank={args.rank} "
           f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} "
+          f"allocator={args.allocator} "
           f"torch={torch.__version__}")
     print(table(rows))
     if args.json:

@@ -48,6 +48,17 @@ class EvalReport:
         return asdict(self)
 
 
+@dataclass
+class EvalProgress:
+    """Progress inside one evaluation, after each of its batches: `batches_done` of `batches_total`
+    validation batches at optimizer step `step`, `elapsed_s` seconds since the evaluation began."""
+
+    step: int
+    batches_done: int
+    batches_total: int
+    elapsed_s: float
+
+
 class TrainerCallback:
     """Base class with no-op hooks. `should_cancel` is polled between optimizer steps; returning True
     ends the run with `TrainingCancelled` after the current step (the last checkpoint is kept)."""
@@ -57,6 +68,10 @@ class TrainerCallback:
 
     def on_step(self, report: StepReport) -> None:
         """Called after every optimizer step."""
+
+    def on_eval_progress(self, progress: EvalProgress) -> None:
+        """Called after every batch of an evaluation (an evaluation of a large validation set can take
+        minutes; listeners throttle what they write)."""
 
     def on_eval(self, report: EvalReport) -> None:
         """Called after every evaluation."""

@@ -18,7 +18,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import LCSBError
 
@@ -69,6 +69,9 @@ class ProgressCallback(TrainerCallback):
     def on_step(self, r: StepReport) -> None:
         stats = f"loss {r.loss:.3f}  lr {r.lr:.2e}  {r.tokens_per_s:,.0f} tok/s  peak {r.peak_memory_mib:,.0f} MiB"
         self.progress.update(self.task, completed=r.step, stats=stats)
+
+    def on_eval_progress(self, p: EvalProgress) -> None:
+        self.progress.update(self.task, stats=f"evaluating: {p.batches_done}/{p.batches_total} validation batches")
 
     def on_eval(self, r: EvalReport) -> None:
         self.progress.console.print(f"eval @ step {r.step}: loss {r.eval_loss:.4f}, "

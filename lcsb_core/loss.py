@@ -24,7 +24,7 @@ the decoder's projections only); a trainable head gets the unchunked loss.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -148,18 +148,21 @@ class EvalTotals:
 
 @torch.no_grad()
 def evaluate_batches(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], *,
-                     with_accuracy: bool = True) -> EvalTotals:
+                     with_accuracy: bool = True, on_batch: Callable[[int], None] | None = None) -> EvalTotals:
     """Sum `lm_loss_sums` over `batches` (each as `lm_loss_sums` takes it) in eval mode (dropout off),
     under `autocast_for(model)`, without autograd; the model is back in train mode afterwards. The
-    loss is summed over tokens, so the mean is per target token, not per batch."""
+    loss is summed over tokens, so the mean is per target token, not per batch. `on_batch(n)` is
+    called after the n-th batch (n = 1, 2, ...)."""
     model.eval()
     loss_sum, targets, correct = 0.0, 0, 0
     try:
-        for batch in batches:
+        for n, batch in enumerate(batches, start=1):
             with autocast_for(model):
                 sums = lm_loss_sums(model, batch, with_accuracy=with_accuracy)
             loss_sum += float(sums.loss_sum)
             targets, correct = targets + sums.num_targets, correct + sums.num_correct
+            if on_batch is not None:
+                on_batch(n)
     finally:
         model.train()
     return EvalTotals(loss_sum, targets, correct)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
 from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
@@ -193,8 +193,12 @@ class Trainer:
         self._emit("on_step", report)
 
     def evaluate(self, step: int) -> EvalReport:
-        """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`)."""
-        totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False))
+        """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`);
+        callbacks get `on_eval_progress` after each validation batch and `on_eval` at the end."""
+        total, t0 = math.ceil(len(self.eval_dataset.examples) / self.config.batch_size), time.perf_counter()
+        totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
+                                  on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
+                                      step, n, total, time.perf_counter() - t0)))
         report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
                             eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start)
         self.run.eval_history.append(report)

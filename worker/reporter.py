@@ -7,6 +7,10 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers
+    on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
+                   `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
+                   line at least every 30 s during a long one); data: step, eval_batches_done,
+                   eval_batches_total, eval_elapsed_s
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61"
     on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz)
     on_end         "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
@@ -20,14 +24,18 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint
 from lcsb_service.db import Database
-from lcsb_service.events import add_event, record_progress
+from lcsb_service.events import add_event, heartbeat, record_progress
 from lcsb_service.storage import Storage
 
 log = logging.getLogger(__name__)
+
+# Seconds between an evaluation's progress events: under the 30 s of silence that `lcsb jobs follow`
+# allows between its progress lines (lcsb_client.render.FollowDisplay.line_every_s).
+EVAL_PROGRESS_EVERY_S = 20.0
 
 
 @contextmanager
@@ -53,6 +61,7 @@ class JobReporter(TrainerCallback):
         self.log_every = 1
         self.last_metrics: dict = {}
         self.first_step: tuple[int, float] | None = None  # (steps done, trainer s) as this run's first step began
+        self.eval_noted_s = 0.0  # the current evaluation's elapsed seconds at its last progress event
 
     def on_start(self, info: dict) -> None:
         self.total_steps, self.steps_done = info["total_steps"], info["start_step"]
@@ -86,6 +95,19 @@ class JobReporter(TrainerCallback):
             if (self.log_every and r.step % self.log_every == 0) or r.step == r.total_steps:
                 add_event(s, self.job_id, f"Step {r.step}/{r.total_steps}: training loss={r.loss:.4f}",
                           type="metrics", data=data)
+
+    def on_eval_progress(self, p: EvalProgress) -> None:
+        if p.batches_done == 1:
+            self.eval_noted_s = 0.0
+        if p.batches_done >= p.batches_total or p.elapsed_s - self.eval_noted_s < EVAL_PROGRESS_EVERY_S:
+            return  # the evaluation's own event follows at once after its last batch
+        self.eval_noted_s = p.elapsed_s
+        with _reporting("evaluation progress", self.job_id), self.db.session() as s:
+            add_event(s, self.job_id, f"Evaluating at step {p.step}: {p.batches_done}/{p.batches_total} "
+                      f"validation batches, {p.elapsed_s:.0f} s",
+                      data={"step": p.step, "eval_batches_done": p.batches_done,
+                            "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1)})
+            heartbeat(s, self.job_id)
 
     def on_eval(self, r: EvalReport) -> None:
         self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy)

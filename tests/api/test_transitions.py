@@ -9,14 +9,14 @@ import time
 import pytest
 from sqlalchemy import select
 
-from lcsb_core.callbacks import StepReport
+from lcsb_core.callbacks import EvalProgress, StepReport
 from lcsb_service import transitions
 from lcsb_service.db import Database
 from lcsb_service.errors import Conflict, NotFound
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.models import Job, JobEvent
 from tests.api.helpers import job_ok
-from worker.reporter import JobReporter
+from worker.reporter import EVAL_PROGRESS_EVERY_S, JobReporter
 
 
 @pytest.fixture
@@ -190,3 +190,24 @@ def test_estimated_finish_follows_the_measured_step_rate_of_a_running_job(client
     with db.session() as s:
         transitions.finish(s, job_id, fine_tuned_model="ft:x")
     assert job()["estimated_finish"] is None
+
+
+def test_a_long_evaluation_reports_its_progress_every_20_s(app, db, job_id):
+    assert EVAL_PROGRESS_EVERY_S == 20.0
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    run = JobReporter(db, app.state.storage, job_id, "ft:x", threading.Event())
+    before = len(messages(db, job_id))
+    for n in range(1, 9):  # step 0: 8 validation batches of 10 s each
+        run.on_eval_progress(EvalProgress(step=0, batches_done=n, batches_total=8, elapsed_s=10.0 * n))
+    for n in range(1, 4):  # step 5: 3 batches of 25 s; a new evaluation starts its own clock
+        run.on_eval_progress(EvalProgress(step=5, batches_done=n, batches_total=3, elapsed_s=25.0 * n))
+    # 20, 40 and 60 s into the first; 25 and 50 s into the second; never at the last batch, whose
+    # evaluation event comes at once
+    assert messages(db, job_id)[before:] == [
+        "Evaluating at step 0: 2/8 validation batches, 20 s", "Evaluating at step 0: 4/8 validation batches, 40 s",
+        "Evaluating at step 0: 6/8 validation batches, 60 s", "Evaluating at step 5: 1/3 validation batches, 25 s",
+        "Evaluating at step 5: 2/3 validation batches, 50 s"]
+    with db.session() as s:
+        event = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq.desc())).first()
+        assert event.data == {"step": 5, "eval_batches_done": 2, "eval_batches_total": 3, "eval_elapsed_s": 50.0}

@@ -55,3 +55,15 @@ def test_eta_is_the_remaining_steps_at_the_measured_rate():
 
 def test_no_lines_on_a_terminal():
     assert follow([step_event(n, 10, T0 + n) for n in range(1, 11)], total=10, terminal=True) == []
+
+
+def test_an_evaluation_between_steps_prints_its_progress_events():
+    def evaluating(done: int, at: float) -> dict:
+        return {"type": "message", "created_at": at, "message": f"Evaluating at step 1: {done}/9 validation batches",
+                "data": {"step": 1, "eval_batches_done": done, "eval_batches_total": 9}}
+
+    events = [step_event(1, 10, T0), evaluating(3, T0 + 20), evaluating(6, T0 + 40), step_event(2, 10, T0 + 61)]
+    lines = follow(events, total=10)
+    assert [line.split(" ", 1)[1] for line in lines[1:3]] == ["Evaluating at step 1: 3/9 validation batches",
+                                                               "Evaluating at step 1: 6/9 validation batches"]
+    assert len(lines) == 4 and "step 2/10" in lines[3]

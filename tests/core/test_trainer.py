@@ -174,6 +174,24 @@ def test_eval_at_start_decides_the_step_0_evaluation_only(tmp_path, eval_at_star
     assert math.isfinite(summary["eval_loss_after"])
 
 
+def test_eval_progress_comes_after_every_validation_batch(tmp_path):
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_eval_progress(self, p):
+            seen.append(p)
+
+        def on_eval(self, r):
+            seen.append(("eval", r.step))
+
+    # 8 validation examples in batches of 3: 3 batches, the last one partial
+    trainer(config(tmp_path, batch_size=3, max_steps=2, eval_every=2), callbacks=[Record()]).train()
+    progress = [(p.step, p.batches_done, p.batches_total) if not isinstance(p, tuple) else p for p in seen]
+    assert progress == [(0, 1, 3), (0, 2, 3), (0, 3, 3), ("eval", 0), (2, 1, 3), (2, 2, 3), (2, 3, 3), ("eval", 2)]
+    elapsed = [p.elapsed_s for p in seen if not isinstance(p, tuple)]
+    assert all(0 < a <= b for a, b in zip(elapsed[:2], elapsed[1:3], strict=True))  # within an evaluation
+
+
 def test_eval_at_start_off_trains_the_same_weights(tmp_path):
     runs = []
     for flag in (True, False):

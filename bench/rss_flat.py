@@ -8,19 +8,23 @@ alternatives, side by side:
 
 - `releaser`: the trainer as shipped;
 - `every-step`: `malloc_trim(0)` after every step (the loop before issue 14);
-- `never`: no trim at all (what the trim was added against).
+- `never`: no trim at all (what the trim was added against);
+- `jemalloc`: no trim, with jemalloc instead of glibc's malloc (`LD_PRELOAD`, Debian's `libjemalloc2`),
+  which keeps freed pages for reuse and returns them after its own decay time: a lead on page faults
+  (BENCHMARKS.md 1f), not what the product ships.
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
 examples (batch 4, padded to the longest example of each batch, so the batch shape [4, tokens] changes
 every step), the default schedule, lr 2e-4, no evaluation. After every optimizer step it records RSS
-(MiB, /proc/self/status VmRSS) and the step's seconds.
+(MiB, /proc/self/status VmRSS), the step's peak RSS (the trainer's `peak_memory_mib`: VmHWM, reset
+before each step) and the step's seconds.
 
 Printed (stdout): one row per mode with RSS after steps 10, 50, 100, 150 and the last (MiB), the highest
 RSS after any step and its ratio to the highest RSS of the first 8 steps (the releaser's reference,
-which it should keep under 1.25x), the growth from the median of steps 11-30 to the median of the last 20 steps (MiB
-and ratio), trims done, and the median step seconds; the header line gives the examples' token-length
-range. `--json` writes every step's RSS.
+which it should keep under 1.25x), the growth from the median of steps 11-30 to the median of the last
+20 steps (MiB and ratio), trims done, the highest step peak, and the median step seconds; the header line
+gives the examples' token-length range. `--json` writes every step's RSS.
 
     python bench/rss_flat.py --steps 200 --json bench/results/rss_flat_cpu.json
     python bench/rss_flat.py --steps 12 --seq 128            # a smoke run (says nothing about memory)
@@ -39,7 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("releaser", "every-step", "never")
+MODES = ("releaser", "every-step", "never", "jemalloc")
+JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -69,7 +74,7 @@ def child(args) -> None:
     class Recorder(TrainerCallback):
         def on_step(self, report: StepReport) -> None:
             rows.append({"step": report.step, "rss_mib": memory_probe.current_mib(torch.device("cpu")),
-                         "seconds": report.step_time_s})
+                         "peak_mib": report.peak_memory_mib, "seconds": report.step_time_s})
 
     work = Path(args.work) / args.mode
     work.mkdir(parents=True, exist_ok=True)
@@ -91,7 +96,8 @@ def child(args) -> None:
                       train_dataset=train)
     trainer.setup()
     trims = [0]
-    base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never}[args.mode]
+    base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
+            "jemalloc": Never}[args.mode]
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -115,6 +121,7 @@ def summarize(result: dict) -> dict:
     return {"mode": result["mode"], "at": at, "last": rss[-1], "max": max(rss),
             "max_over_first8": max(rss[8:], default=float("nan")) / max(rss[:8]), "settled": settled, "end": end,
             "growth_mib": end - settled, "growth_ratio": end / settled, "trims": result["trims"],
+            "peak": max((r.get("peak_mib") or 0.0) for r in result["rows"]),
             "step_s": statistics.median(r["seconds"] for r in result["rows"])}
 
 
@@ -139,8 +146,10 @@ def main() -> None:
     t0 = time.perf_counter()
     base = [sys.executable, __file__, "--steps", str(args.steps), "--batch", str(args.batch), "--seq", str(args.seq),
             "--schedule", args.schedule, "--model", args.model, "--work", args.work]
-    procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": "1"}) for m in modes}
+    def env(mode: str) -> dict[str, str]:
+        return {**os.environ, "OMP_NUM_THREADS": "1", **({"LD_PRELOAD": JEMALLOC} if mode == "jemalloc" else {})}
+
+    procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True, env=env(m)) for m in modes}
     results = []
     for m, p in procs.items():
         out, _ = p.communicate()
@@ -152,15 +161,15 @@ def main() -> None:
           f"GSM8K examples of {r0['min_len']}-{r0['max_len']} tokens, 1 thread per mode, "
           f"{len(modes)} modes side by side, {time.perf_counter() - t0:.0f} s")
     print("| mode | RSS @10 | @50 | @100 | @150 | last | max | max / first 8 | settled (11-30) | end (last 20) "
-          "| growth (MiB) | end / settled | trims | step (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| growth (MiB) | end / settled | trims | step peak max | step (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         s = summarize(r)
         cells = [f"{s['at'].get(k, float('nan')):.0f}" for k in (10, 50, 100, 150)]
         cells += [f"{s['last']:.0f}", f"{s['max']:.0f}", f"{s['max_over_first8']:.3f}x"]
         cells += [f"{s[k]:.0f}" for k in ("settled", "end")]
         print(f"| {s['mode']} | {' | '.join(cells)} | {s['growth_mib']:+.0f} | {s['growth_ratio']:.3f}x | "
-              f"{s['trims']} | {s['step_s']:.2f} |")
+              f"{s['trims']} | {s['peak']:.0f} | {s['step_s']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
 

@@ -20,6 +20,8 @@ the product's training loop may between steps, so each cycle pays the page fault
 afresh, whose cost varies with the machine's state (BENCHMARKS.md 1f); `retain` calls
 `memory_probe.retain_freed_memory` first and never trims, so after the warm-up round the steps reuse
 mapped pages and the times are compute alone (the peak columns are then not per row and are left out).
+Another C allocator is chosen at process start (`LD_PRELOAD=libjemalloc.so.2 python bench/step_time.py`);
+rows and the header record which one ran (`malloc`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,13 @@ class SavedBytes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
+
+
+def malloc_name() -> str:
+    """The C allocator of this process: `jemalloc` or `tcmalloc` when one is preloaded (`LD_PRELOAD`, seen
+    in /proc/self/maps), else `glibc`."""
+    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
+    return next((name for name in ("jemalloc", "tcmalloc") if f"lib{name}" in maps), "glibc")
 
 
 def timed(fn, device) -> float:
@@ -236,6 +245,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             saved = max(saved, sb.bytes / MIB)
         out.append(dict(model=label, quant=quant, layers=L, **{"checkpointing": False, "backprop_layers": None, **row},
                         step_s=statistics.median(times[i]), step_s_rounds=times[i], allocator=args.allocator,
+                        malloc=malloc_name(),
                         peak_mib=peaks[i] if trim else None,
                         peak_over_idle_mib=(peaks[i] - idle if device.type == "cpu" else peaks[i]) if trim else None,
                         saved_activations_mib=saved))
@@ -359,7 +369,7 @@ def main(argv=None) -> None:
                 rows += bench_model(folder, label, quant, args, device)
     print(f"device={args.device} batch={args.batch} seq={args.seq} rank={args.rank} "
           f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} "
-          f"allocator={args.allocator} "
+          f"allocator={args.allocator} malloc={malloc_name()} "
           f"torch={torch.__version__}")
     print(table(rows))
     if args.json:

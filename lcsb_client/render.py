@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -229,10 +231,13 @@ class FollowDisplay:
     Without a terminal (a pipe, a log file, CI) the bar cannot redraw, so progress is also printed as
     plain lines (`progress_line`): at the first step event, then whenever `line_every_fraction` of the
     steps have passed or `line_every_s` seconds (by the events' timestamps) since the last line, and at
-    the last step."""
+    the last step. Between events a clock thread calls `tick()` every second, which prints the last
+    step's progress line at the current time once `line_every_s` seconds have passed without any line
+    (a slow step, an evaluation, the model load): so a line comes at least every `line_every_s` seconds
+    however long a step takes. `clock` gives Unix seconds (tests pass their own)."""
 
     def __init__(self, console: Console, job: dict, *, line_every_fraction: float = 0.1,
-                 line_every_s: float = 30.0) -> None:
+                 line_every_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
         self.console = console
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
@@ -246,15 +251,53 @@ class FollowDisplay:
         self.line_every_fraction, self.line_every_s = line_every_fraction, line_every_s
         self.rate = StepRate()
         self.last_line: tuple[int, float] | None = None  # (step, event time) of the last progress line
+        self.clock = clock
+        self.last_printed = clock()  # when any line was last printed (clock seconds)
+        self.last_step: dict | None = None  # the data of the latest step event
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def __enter__(self) -> FollowDisplay:
+        if self.lines:
+            self._ticker = threading.Thread(target=self._tick_every_second, name="follow-clock", daemon=True)
+            self._ticker.start()
         return self  # the bar starts with the first event: a stream refused at once prints only its error
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         if self.events_seen:
             self.progress.stop()
 
+    def _tick_every_second(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
+
+    def tick(self) -> None:
+        """When `line_every_s` seconds have passed since the last line of any kind (and some event was
+        seen): print the latest step's progress line at the current time, its ETA counted down since
+        that step's event, or `waiting for the first step` before any step; otherwise nothing."""
+        with self._lock:
+            now = self.clock()
+            if not self.events_seen or now - self.last_printed < self.line_every_s:
+                return
+            if self.last_step is None:
+                self._print(f"{_clock(now)} waiting for the first step", "dim")
+                return
+            step, total = self.last_step["step"], self.last_step.get("total_steps")
+            eta = self.rate.eta_s(step, total)
+            stepped_at = self.rate.latest[1] if self.rate.latest else now  # ETA counts down since that step
+            self.last_line = (step, now)
+            self._print(progress_line(self.last_step, now, None if eta is None else max(0.0, eta - (now - stepped_at))))
+
     def note(self, text: str, style: str = "dim") -> None:
+        with self._lock:
+            self._print(text, style)
+
+    def _print(self, text: str, style: str = "") -> None:
+        self.last_printed = self.clock()
         self.progress.console.print(Text(text, style=style), soft_wrap=True)
 
     def show(self, event: dict) -> None:
@@ -279,6 +322,7 @@ class FollowDisplay:
         self.progress.update(self.task, completed=data["step"], total=data.get("total_steps") or None,
                              stats="  ".join(stats))
         self.rate.add(data["step"], at, data.get("step_time_s"))
+        self.last_step = data
         if self.lines and self._line_due(data["step"], data.get("total_steps"), at):
             self.last_line = (data["step"], at)
             self.note(progress_line(data, at, self.rate.eta_s(data["step"], data.get("total_steps"))), "")

@@ -112,7 +112,9 @@ def test_follow_exits_1_when_the_job_is_cancelled(lcsb, svc, app, tmp_path):
     job_id = new_job(svc, tmp_path)["id"]
     start(app, job_id, total=10)
     step(app, job_id, 1, total=10)
-    thread = in_background(lambda: (time.sleep(0.2), lcsb("jobs", "cancel", job_id)))
+    # cancelled through the client's service API: a second CliRunner in another thread would swap
+    # sys.stdout under the running `follow` (the test failed once with "I/O operation on closed file")
+    thread = in_background(lambda: (time.sleep(0.2), svc.cancel_job(job_id)))
     r = lcsb("jobs", "follow", job_id)
     thread.join(10)
     assert r.exit_code == 1, r.output

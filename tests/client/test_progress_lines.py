@@ -67,3 +67,30 @@ def test_an_evaluation_between_steps_prints_its_progress_events():
     assert [line.split(" ", 1)[1] for line in lines[1:3]] == ["Evaluating at step 1: 3/9 validation batches",
                                                                "Evaluating at step 1: 6/9 validation batches"]
     assert len(lines) == 4 and "step 2/10" in lines[3]
+
+
+def test_the_clock_prints_a_line_when_30_s_pass_without_one():
+    now = [float(T0)]
+    out = io.StringIO()
+    display = FollowDisplay(Console(file=out, width=200), {"progress": {"total_steps": 100}}, clock=lambda: now[0])
+    with display:
+        display.show({"type": "message", "created_at": T0, "message": "Training started: 100 steps"})
+        for t in (10, 29.5, 30):  # before any step: one waiting line, 30 s after the last line
+            now[0] = T0 + t
+            display.tick()
+        for n, t in ((1, 40), (2, 50)):  # step 2: 1 step (< 10 %) and 10 s after step 1's line: none
+            now[0] = T0 + t
+            display.show(step_event(n, 100, T0 + t))
+        for t in (69, 70, 85, 100):  # a slow third step: lines 30 s after the last line, at 70 and 100
+            now[0] = T0 + t
+            display.tick()
+        now[0] = T0 + 101
+        display.show(step_event(3, 100, T0 + 101))  # 1 s after the clock's line: none
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("Training started: 100 steps") and lines[1].endswith("waiting for the first step")
+    progress = [line for line in lines if " step " in line and "first" not in line]
+    assert len(progress) == 3, lines
+    assert progress[0].endswith("step 1/100 (1%)  loss 0.9000  1,234 tok/s  ETA 0:00:40")  # 99 x 0.4 s
+    # the clock's lines repeat step 2 at the current time; 98 steps x 10 s, counted down since step 2 (50 s)
+    assert "step 2/100 (2%)" in progress[1] and progress[1].endswith("ETA 0:16:00")  # 980 - 20 s
+    assert "step 2/100 (2%)" in progress[2] and progress[2].endswith("ETA 0:15:30")  # 980 - 50 s

@@ -57,7 +57,7 @@ def lora_grads(model, sel, batch) -> tuple[float, list[torch.Tensor]]:
     grads = [p.grad.detach().clone() for p in params]
     for p in params:
         p.grad = None
-    return float(loss), grads
+    return float(loss.detach()), grads
 
 
 def main(argv=None) -> None:

@@ -24,8 +24,9 @@ step() {  # step NAME COMMAND...: run COMMAND --json OUT/NAME.json unless that f
   "$@" --json "$OUT/$name.json" > "$OUT/$name.md" 2> "$OUT/$name.log"
 }
 
-SCHEDULES="--schedules full,top,topfull/4,topfull/2,tail,freeze,cyclic --warmup-rounds 1 --rounds 4"
-TABLE_1A="--schedules full,freeze,cyclic --fractions 0.125,0.25,0.5 --checkpointing both --warmup-rounds 1 --rounds 3"
+# 16 rounds: with 4, a ratio's median moved up to ±16 % between runs; with 16, at most 6.4 % (BENCHMARKS.md 1g)
+SCHEDULES="--schedules full,top,topfull/4,topfull/2,tail,freeze,cyclic --warmup-rounds 1 --rounds 16"
+TABLE_1A="--schedules full,freeze,cyclic --fractions 0.125,0.25,0.5 --checkpointing both --warmup-rounds 1 --rounds 16"
 step roofline $PY bench/roofline.py --dtypes fp32,bf16 --forward-reps 5
 step schedules_a $PY bench/step_time.py $SCHEDULES
 step schedules_retain_a $PY bench/step_time.py $SCHEDULES --allocator retain

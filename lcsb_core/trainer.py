@@ -11,7 +11,6 @@ checkpointing and reporting are small methods. Raises `DivergenceError` (NaN/Inf
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import torch
 from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
 from lcsb_core.config import TrainConfig
+from lcsb_core.data.dataset import num_batches
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.lora import decoder_layers
@@ -90,7 +90,7 @@ class Trainer:
         self.tracker = UpdateTracker(self.selective.params_by_layer)
         self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
-        self.batches_per_epoch = math.ceil(len(self.train_dataset.examples) / cfg.batch_size)
+        self.batches_per_epoch = num_batches(self.train_dataset, cfg.batch_size)
         self.total_steps = self._total_steps()
         self._ready = True
 
@@ -195,7 +195,7 @@ class Trainer:
     def evaluate(self, step: int) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`);
         callbacks get `on_eval_progress` after each validation batch and `on_eval` at the end."""
-        total, t0 = math.ceil(len(self.eval_dataset.examples) / self.config.batch_size), time.perf_counter()
+        total, t0 = num_batches(self.eval_dataset, self.config.batch_size), time.perf_counter()
         totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
                                   on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
                                       step, n, total, time.perf_counter() - t0)))

@@ -24,7 +24,7 @@ _EXPORTS = {
     "collate": "batching", "count_target_tokens": "batching", "pack_rows": "batching",
     "convert_jsonl": "convert", "gsm8k_to_chat": "convert",
     "TokenizedDataset": "dataset", "build_dataset": "dataset", "check_tokenizer": "dataset",
-    "iter_batches": "dataset", "sniff_format": "dataset",
+    "iter_batches": "dataset", "num_batches": "dataset", "sniff_format": "dataset",
     "CHAT": "formats", "FORMATS": "formats", "PROMPT_COMPLETION": "formats", "TEXT": "formats",
     "Example": "formats", "Issue": "formats", "Message": "formats", "parse_record": "formats",
     "ValidationLimits": "limits",

@@ -11,6 +11,7 @@ pass, so training never meets a data problem the report did not show.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -97,6 +98,12 @@ def build_dataset(
             _raise(report, report.summary() + " (rejected; the skip_invalid option leaves invalid lines out)")
         report.skipped_invalid = report.invalid_examples
     return TokenizedDataset(examples, report)
+
+
+def num_batches(dataset: TokenizedDataset, batch_size: int) -> int:
+    """How many batches `iter_batches(dataset, batch_size, ...)` yields in one epoch: one per
+    `batch_size` examples, the last partial batch kept."""
+    return math.ceil(len(dataset.examples) / batch_size)
 
 
 def iter_batches(

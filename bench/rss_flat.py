@@ -10,8 +10,9 @@ alternatives, side by side:
 - `every-step`: `malloc_trim(0)` after every step (the loop before issue 14);
 - `never`: no trim at all (what the trim was added against);
 - `jemalloc`: no trim, with jemalloc instead of glibc's malloc (`LD_PRELOAD`, Debian's `libjemalloc2`),
-  which keeps freed pages for reuse and returns them after its own decay time: a lead on page faults
-  (BENCHMARKS.md 1f), not what the product ships.
+  which keeps freed pages for reuse and returns them after its own decay time (BENCHMARKS.md 1e);
+- `jemalloc+releaser`: jemalloc with the shipped releaser (which purges jemalloc's arenas instead of
+  `malloc_trim`): what the worker's training process runs since `Settings.worker_malloc`.
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
@@ -23,8 +24,9 @@ before each step) and the step's seconds.
 Printed (stdout): one row per mode with RSS after steps 10, 50, 100, 150 and the last (MiB), the highest
 RSS after any step and its ratio to the highest RSS of the first 8 steps (the releaser's reference,
 which it should keep under 1.25x), the growth from the median of steps 11-30 to the median of the last
-20 steps (MiB and ratio), trims done, the highest step peak, and the median step seconds; the header line
-gives the examples' token-length range. `--json` writes every step's RSS.
+20 steps (MiB and ratio), trims done, the highest step peak, the process's peak virtual size (VmPeak,
+what the worker's `RLIMIT_AS` fallback cage limits), and the median step seconds; the header line gives
+the examples' token-length range. `--json` writes every step's RSS.
 
     python bench/rss_flat.py --steps 200 --json bench/results/rss_flat_cpu.json
     python bench/rss_flat.py --steps 12 --seq 128            # a smoke run (says nothing about memory)
@@ -43,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("releaser", "every-step", "never", "jemalloc")
+MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser")
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -97,7 +99,7 @@ def child(args) -> None:
     trainer.setup()
     trims = [0]
     base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
-            "jemalloc": Never}[args.mode]
+            "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser}[args.mode]
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -108,8 +110,11 @@ def child(args) -> None:
     trainer.releaser = Counting(device)
     lengths = [len(e.input_ids) for e in train.examples]
     trainer.train()
+    vm_peak = next(int(x.split()[1]) / 1024 for x in Path("/proc/self/status").read_text().splitlines()
+                   if x.startswith("VmPeak:"))
     print(json.dumps({"mode": args.mode, "rows": rows, "trims": trims[0], "examples": len(lengths),
-                      "min_len": min(lengths), "max_len": max(lengths)}), flush=True)
+                      "min_len": min(lengths), "max_len": max(lengths), "malloc": memory_probe.c_allocator(),
+                      "vm_peak_mib": vm_peak}), flush=True)
 
 
 def summarize(result: dict) -> dict:
@@ -122,6 +127,7 @@ def summarize(result: dict) -> dict:
             "max_over_first8": max(rss[8:], default=float("nan")) / max(rss[:8]), "settled": settled, "end": end,
             "growth_mib": end - settled, "growth_ratio": end / settled, "trims": result["trims"],
             "peak": max((r.get("peak_mib") or 0.0) for r in result["rows"]),
+            "vm_peak": result.get("vm_peak_mib", float("nan")),
             "step_s": statistics.median(r["seconds"] for r in result["rows"])}
 
 
@@ -147,7 +153,8 @@ def main() -> None:
     base = [sys.executable, __file__, "--steps", str(args.steps), "--batch", str(args.batch), "--seq", str(args.seq),
             "--schedule", args.schedule, "--model", args.model, "--work", args.work]
     def env(mode: str) -> dict[str, str]:
-        return {**os.environ, "OMP_NUM_THREADS": "1", **({"LD_PRELOAD": JEMALLOC} if mode == "jemalloc" else {})}
+        preload = {"LD_PRELOAD": JEMALLOC} if mode.startswith("jemalloc") else {}
+        return {**os.environ, "OMP_NUM_THREADS": "1", **preload}
 
     procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True, env=env(m)) for m in modes}
     results = []
@@ -161,15 +168,15 @@ def main() -> None:
           f"GSM8K examples of {r0['min_len']}-{r0['max_len']} tokens, 1 thread per mode, "
           f"{len(modes)} modes side by side, {time.perf_counter() - t0:.0f} s")
     print("| mode | RSS @10 | @50 | @100 | @150 | last | max | max / first 8 | settled (11-30) | end (last 20) "
-          "| growth (MiB) | end / settled | trims | step peak max | step (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| growth (MiB) | end / settled | trims | step peak max | VM peak | step (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         s = summarize(r)
         cells = [f"{s['at'].get(k, float('nan')):.0f}" for k in (10, 50, 100, 150)]
         cells += [f"{s['last']:.0f}", f"{s['max']:.0f}", f"{s['max_over_first8']:.3f}x"]
         cells += [f"{s[k]:.0f}" for k in ("settled", "end")]
         print(f"| {s['mode']} | {' | '.join(cells)} | {s['growth_mib']:+.0f} | {s['growth_ratio']:.3f}x | "
-              f"{s['trims']} | {s['peak']:.0f} | {s['step_s']:.2f} |")
+              f"{s['trims']} | {s['peak']:.0f} | {s['vm_peak']:.0f} | {s['step_s']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
 

@@ -42,7 +42,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lcsb_core.config import LoraSettings, OptimSettings
 from lcsb_core.lora import apply_lora
 from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import MIB, current_mib, peak_mib, release_free_memory, reset_peak, retain_freed_memory
+from lcsb_core.memory_probe import (
+    MIB,
+    c_allocator,
+    current_mib,
+    peak_mib,
+    release_free_memory,
+    reset_peak,
+    retain_freed_memory,
+)
 from lcsb_core.models.loading import load_base_model, resolve_model_path
 from lcsb_core.optim import build_optimizer
 from lcsb_core.schedules import make_schedule
@@ -103,13 +111,6 @@ class SavedBytes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
-
-
-def malloc_name() -> str:
-    """The C allocator of this process: `jemalloc` or `tcmalloc` when one is preloaded (`LD_PRELOAD`, seen
-    in /proc/self/maps), else `glibc`."""
-    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
-    return next((name for name in ("jemalloc", "tcmalloc") if f"lib{name}" in maps), "glibc")
 
 
 def timed(fn, device) -> float:
@@ -233,7 +234,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
                 rows.append((dict(schedule=token, k=sched.k, checkpointing=ckpt,
                                   backprop_layers=statistics.fmean(len(sched.backprop_layers(t))
                                                                    for t in range(sched.cycle_length))), fns))
-    trim, malloc = args.allocator == "trim", malloc_name()
+    trim, malloc = args.allocator == "trim", c_allocator()
     times, peaks = interleave([fns for _, fns in rows], [row["schedule"] for row, _ in rows], device,
                               rounds=args.rounds, warmup_rounds=args.warmup_rounds, trim=trim)
     out = []
@@ -369,7 +370,7 @@ def main(argv=None) -> None:
                 rows += bench_model(folder, label, quant, args, device)
     print(f"device={args.device} batch={args.batch} seq={args.seq} rank={args.rank} "
           f"warmup_rounds={args.warmup_rounds} rounds={args.rounds} threads={torch.get_num_threads()} "
-          f"allocator={args.allocator} malloc={malloc_name()} "
+          f"allocator={args.allocator} malloc={c_allocator()} "
           f"torch={torch.__version__}")
     print(table(rows))
     if args.json:

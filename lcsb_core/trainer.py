@@ -26,7 +26,7 @@ from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import evaluate_batches
-from lcsb_core.memory_probe import FreeMemoryReleaser, peak_mib, reset_peak
+from lcsb_core.memory_probe import FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.schedules import schedule_for
@@ -244,6 +244,7 @@ class Trainer:
                 "schedule_description": self.schedule.describe(),
                 "full_every": getattr(self.schedule, "full_every", None), "device": str(self.device),
                 "torch_threads": torch.get_num_threads(),
+                "c_allocator": c_allocator() if self.device.type == "cpu" else None,
                 "lora_parameters": sum(p.numel() for p in self.params),
                 "train_examples": len(self.train_dataset.examples),
                 "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from lcsb_core.config import DataSettings, OptimSettings, TrainConfig
 
 DEFAULT_SECRET = "insecure-development-secret-change-me"
+Malloc = Literal["jemalloc", "glibc"]   # a C allocator the training child can run with
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                      BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)]
 
@@ -97,6 +98,10 @@ class Settings(BaseSettings):
     # core. On a machine running several workers set it to cores / workers: OpenMP threads beyond the
     # cores made the small matmuls of a training step about 30x slower on a 2-core test machine.
     worker_torch_threads: int | None = Field(default=None, ge=1)
+    # The C allocator of a CPU worker's training process (`worker.allocator`; CUDA workers keep glibc):
+    # jemalloc, preloaded, when the worker has it (the README main job's peak 2,861 against 3,733 MiB
+    # at the same speed, BENCHMARKS.md 1h), else glibc.
+    worker_malloc: Malloc = "jemalloc"
     job_time_limit_s: float = Field(default=24 * 3600.0, gt=0)
     job_kill_grace_s: float = Field(default=120.0, gt=0)
     heartbeat_interval_s: float = Field(default=15.0, gt=0)

@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# jemalloc for the training processes (worker.allocator, BENCHMARKS.md 1e): Debian's libjemalloc2, as root
+if ! ldconfig -p | grep libjemalloc.so.2 >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q libjemalloc2 >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q libjemalloc2 >/dev/null; }
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # pip's status survives the filter (pipefail); the filter only drops this machine's local-index notes.
 pipi() { .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is ignored" || true; }; }

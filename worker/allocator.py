@@ -5,12 +5,15 @@ through `LD_PRELOAD`) or glibc's `malloc`, from `Settings.worker_malloc`.
     child_malloc("jemalloc")  ->  ChildMalloc(name="glibc", preload=None, missing="jemalloc")  # not installed
     child_malloc("glibc")     ->  ChildMalloc(name="glibc", preload=None)
 
-Why jemalloc is the default: over 200 GSM8K steps of varying length (SmolLM2-135M NF4, `topfull/4`,
-bench/rss_flat.py, BENCHMARKS.md 1e) a step's peak resident set was 0.58x glibc's (median of per-step
-ratios; highest 2,968 against 4,066 MiB) at the same step time, and the resident set between steps
-stayed near 1.1-1.4 GiB instead of 2.5-3.6. glibc's heap fragments under batches whose shapes change;
-jemalloc returns freed pages on its own decay timer. A worker without the library runs the child on
-glibc and says so in the job's "Training process started" event; nothing fails.
+Why jemalloc is the default (BENCHMARKS.md 1h): the README main job (SmolLM2-135M NF4, `topfull/4`,
+100 GSM8K steps of varying length) peaked at 2,861 MiB against 3,733 with glibc, a step's peak 0.56x
+(median of per-step ratios), at the same step time (glibc / jemalloc 1.03x, IQR 0.96-1.13) and with
+bit-identical losses; over 200 steps (bench/rss_flat.py, 1e) the resident set between steps stayed
+near 1.1-1.4 GiB instead of 2.5-3.6. glibc's heap fragments under batches whose shapes change;
+jemalloc returns freed pages on its own decay timer. Its peak virtual size is larger (4,021 against
+3,625 MiB over 20 steps), far inside the `RLIMIT_AS` fallback cage (cap + 8,192 MiB). A worker
+without the library runs the child on glibc and says so in the job's "Training process started"
+event; nothing fails.
 """
 
 from __future__ import annotations

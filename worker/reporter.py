@@ -71,7 +71,7 @@ class JobReporter(TrainerCallback):
             add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, "
                       f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}",
                       data={k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every", "device",
-                                                 "torch_threads", "train_examples", "eval_examples",
+                                                 "torch_threads", "c_allocator", "train_examples", "eval_examples",
                                                  "lora_parameters", "start_step")})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 

@@ -39,6 +39,7 @@ from lcsb_service.jobspec import fine_tuned_model_name
 from lcsb_service.models import Job, Owner
 from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
+from worker.allocator import ChildMalloc, child_malloc
 from worker.context import WorkerContext
 from worker.limits import Cage, create_cage
 from worker.outcome import INTERNAL_MESSAGE, Outcome, oom_message, read_outcome
@@ -84,13 +85,13 @@ def _folders(ctx: WorkerContext, job_id: str) -> tuple[Path, Path]:
     return run_dir, run_dir.with_name(f".{job_id}")
 
 
-def _child_env(settings: Settings) -> dict[str, str]:
-    """The training process's environment: this process's, unbuffered output, and OMP_NUM_THREADS when
-    `worker_torch_threads` is set (torch reads it at import)."""
+def _child_env(settings: Settings, malloc: ChildMalloc) -> dict[str, str]:
+    """The training process's environment: this process's, unbuffered output, OMP_NUM_THREADS when
+    `worker_torch_threads` is set (torch reads it at import), and `malloc`'s LD_PRELOAD."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if settings.worker_torch_threads:
         env["OMP_NUM_THREADS"] = str(settings.worker_torch_threads)
-    return env
+    return malloc.env(env)
 
 
 def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, work: Path) -> Outcome:
@@ -109,13 +110,15 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
     spec_path.touch(mode=0o600)
     spec_path.write_text(json.dumps(spec))
     proc = None
+    malloc = child_malloc(settings.worker_malloc) if wc.device == "cpu" else ChildMalloc("glibc")
     try:
         with open(work / "child.log", "wb") as child_log:
             proc = subprocess.Popen([sys.executable, "-m", "worker.child", str(spec_path)], stdout=child_log,
-                                    stderr=subprocess.STDOUT, env=_child_env(settings))
+                                    stderr=subprocess.STDOUT, env=_child_env(settings, malloc))
         _event(ctx, job.id, f"Training process started under a {wc.memory_mib} MiB memory cap ({cage.describe()}) "
-               f"on {wc.device}", data={"pid": proc.pid, "memory_cap_mib": wc.memory_mib, "limiter": cage.kind,
-                                        "device": wc.device, "time_limit_s": limit})
+               f"on {wc.device}, C allocator {malloc.describe()}",
+               data={"pid": proc.pid, "memory_cap_mib": wc.memory_mib, "limiter": cage.kind, "device": wc.device,
+                     "time_limit_s": limit, "malloc": malloc.name})
         return _supervise(ctx, job.id, proc, cage, limit, work)
     finally:
         if proc is not None and proc.poll() is None:  # the supervisor itself failed: no orphan training

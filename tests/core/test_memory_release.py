@@ -48,3 +48,37 @@ def test_reads_the_real_resident_set_when_none_is_given():
     releaser = FreeMemoryReleaser(torch.device("cpu"))
     assert releaser.after_step() is False
     assert releaser.reference_mib > 10  # this Python process, MiB
+
+
+RELEASE_SCRIPT = """
+import torch
+from lcsb_core.memory_probe import c_allocator, current_mib, release_free_memory
+cpu = torch.device("cpu")
+blocks = [torch.ones(64 * 2**20 // 4) for _ in range(8)]  # 512 MiB in 8 blocks, every page touched
+held = current_mib(cpu)
+del blocks
+freed = current_mib(cpu)
+release_free_memory(cpu)
+print(c_allocator(), round(held), round(freed), round(current_mib(cpu)))
+"""
+
+
+@pytest.mark.parametrize("preload", [None, "libjemalloc.so.2"])
+def test_the_release_returns_freed_pages_under_glibc_and_jemalloc(preload):
+    """In a fresh process (the allocator is chosen at its start): 512 MiB freed and then released
+    leave the resident set. jemalloc's own decay is turned off (MALLOC_CONF), so only the release
+    (`arena.4096.purge`) can return its pages; glibc returns blocks this large at `free` already."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}
+    if preload:
+        env["LD_PRELOAD"] = preload
+    out = subprocess.run([sys.executable, "-c", RELEASE_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    name, held, freed, released = out[0], *map(int, out[1:])
+    assert name == ("jemalloc" if preload else "glibc")
+    assert released < held - 450  # MiB
+    if preload:  # the freed pages stayed until the purge
+        assert freed > held - 50

@@ -58,6 +58,9 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert [e["data"]["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
     started = next(e for e in events if e["message"].startswith("Training started"))
     assert started["data"]["torch_threads"] == settings.worker_torch_threads == 1
+    assert started["data"]["c_allocator"] == "jemalloc"  # settings.worker_malloc's default, seen from inside
+    process = next(e for e in events if e["message"].startswith("Training process started"))
+    assert process["data"]["malloc"] == "jemalloc" and process["message"].endswith("C allocator jemalloc")
     assert started["data"]["schedule"] == "cyclic" and "1 of 3 layers per step (cyclic" in started["message"]
     for e in steps:
         assert {"lr", "tokens_per_s", "peak_memory_mib", "train_loss", "grad_norm"} <= set(e["data"])

@@ -37,7 +37,8 @@ def main() -> None:
     for label, x in (("glibc / jemalloc step time", time_ratio), ("jemalloc / glibc step peak", peak_ratio)):
         q = st.quantiles(x, n=4)
         print(f"{label}, per step: median {st.median(x):.3f}, IQR {q[0]:.3f}-{q[2]:.3f}")
-    full = {i for i, r in enumerate(g) if len(r["selected_layers"].split()) == 30}
+    layers = [len(r["selected_layers"].split()) for r in g]
+    full = {i for i, n in enumerate(layers) if n == max(layers)}  # topfull's steps over every decoder layer
     for label, idx in (("full steps", sorted(full)), ("top-k steps", [i for i in range(len(g)) if i not in full])):
         med = {m: (st.median(float(train[m][i]["step_time_s"]) for i in idx),
                    st.median(float(train[m][i]["peak_memory_mib"]) for i in idx)) for m in MALLOCS}

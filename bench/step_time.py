@@ -234,7 +234,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
                 rows.append((dict(schedule=token, k=sched.k, checkpointing=ckpt,
                                   backprop_layers=statistics.fmean(len(sched.backprop_layers(t))
                                                                    for t in range(sched.cycle_length))), fns))
-    trim, malloc = args.allocator == "trim", c_allocator()
+    trim = args.allocator == "trim"
     times, peaks = interleave([fns for _, fns in rows], [row["schedule"] for row, _ in rows], device,
                               rounds=args.rounds, warmup_rounds=args.warmup_rounds, trim=trim)
     out = []
@@ -246,7 +246,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
             saved = max(saved, sb.bytes / MIB)
         out.append(dict(model=label, quant=quant, layers=L, **{"checkpointing": False, "backprop_layers": None, **row},
                         step_s=statistics.median(times[i]), step_s_rounds=times[i], allocator=args.allocator,
-                        malloc=malloc,
+                        malloc=c_allocator(),
                         peak_mib=peaks[i] if trim else None,
                         peak_over_idle_mib=(peaks[i] - idle if device.type == "cpu" else peaks[i]) if trim else None,
                         saved_activations_mib=saved))

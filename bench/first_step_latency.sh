@@ -5,8 +5,8 @@
 # after another: a warm-up job, N_RUNS jobs as submitted (step-0 evaluation on), N_RUNS with
 # method.eval_at_start=false. For each job it prints, from the events' database timestamps (microseconds;
 # the API rounds to seconds), the time from creation to: the worker's claim, the dataset check with the
-# tokenizer, "Training started" (model loaded, LoRA and optimizer built), the step-0 evaluation, and the
-# first optimizer step's start and end.
+# tokenizer, "Training started" (model loaded, LoRA and optimizer built), the first optimizer step's start
+# and end, and the step-0 evaluation's end (the trainer runs it after the first step) with its loss.
 #   bash bench/first_step_latency.sh            # N_RUNS=1 by default; LCSB_WORKER_TORCH_THREADS as for the worker
 set -euo pipefail
 shopt -s inherit_errexit
@@ -53,7 +53,7 @@ from datetime import datetime
 db = sqlite3.connect(sys.argv[1])
 t = lambda s: datetime.fromisoformat(s).timestamp()
 print(f"{'job':<42}{'eval_at_start':>14}{'claimed':>9}{'data':>7}{'loaded':>8}{'eval 0':>8}{'step 1 start':>13}"
-      f"{'step 1 end':>11}   (seconds after creation)")
+      f"{'step 1 end':>11}{'eval 0 loss':>12}   (seconds after creation)")
 for n, job in enumerate(sys.argv[2:]):
     created, cfg, status = db.execute("select created_at, train_config, status from jobs where id = ?", (job,)).fetchone()
     rows = [(t(c), m, json.loads(d) if d else {}) for c, m, d in
@@ -62,7 +62,8 @@ for n, job in enumerate(sys.argv[2:]):
     step1 = next(((c - t(created), d["step_time_s"]) for c, m, d in rows if d.get("step") == 1 and "train_loss" in d),
                  (float("nan"), 0.0))
     checks = [c - t(created) for c, m, _ in rows if m.startswith("Checked ")]
+    loss0 = next((d["valid_loss"] for _, _, d in rows if d.get("step") == 0 and "valid_loss" in d), float("nan"))
     print(f"{job + (' (warm-up)' if n == 0 else ''):<42}{str(json.loads(cfg).get('eval_at_start', True)):>14}"
           f"{at('Fine-tuning job started'):>9.1f}{max(checks, default=float('nan')):>7.1f}{at('Training started'):>8.1f}"
-          f"{at('Step 0/'):>8.1f}{step1[0] - step1[1]:>13.1f}{step1[0]:>11.1f}   {status}")
+          f"{at('Step 0/'):>8.1f}{step1[0] - step1[1]:>13.1f}{step1[0]:>11.1f}{loss0:>12.4f}   {status}")
 PY

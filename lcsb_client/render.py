@@ -310,6 +310,8 @@ class FollowDisplay:
             return
         if data.get("total_steps") and "step" not in data:  # "Training started: N steps, ..."
             self.progress.update(self.task, total=data["total_steps"])
+        if data.get("step") == 0 and "valid_loss" in data:
+            self.rate.restart(float(event.get("created_at") or 0))
         self.note(f"{_clock(event.get('created_at'))} {event.get('message', '')}",
                   LEVEL_STYLES.get(event.get("level", ""), ""))
 
@@ -338,8 +340,8 @@ class FollowDisplay:
 class StepRate:
     """Seconds per optimizer step as measured from the step events: the wall time between the first
     step event seen and the latest, over the steps between them (so evaluations and checkpoints between
-    steps count, the model load and the step-0 evaluation before the first step do not); until two
-    events are a second apart, the last step's own `step_time_s`."""
+    steps count, the model load and the step-0 evaluation do not: see `restart`); until two events are
+    a second apart, the last step's own `step_time_s`."""
 
     def __init__(self) -> None:
         self.first: tuple[int, float] | None = None
@@ -353,6 +355,12 @@ class StepRate:
         self.latest = (step, at)
         if step_time_s is not None:
             self.step_time_s = float(step_time_s)
+
+    def restart(self, at: float) -> None:
+        """Measure from `at` (Unix seconds) on, from the latest step: the time before `at` was not a
+        step's (the step-0 evaluation, which the trainer runs after the first step)."""
+        if self.latest is not None:
+            self.first = (self.latest[0], at)
 
     def seconds_per_step(self) -> float | None:
         """The measured seconds per step, or None before any step event."""

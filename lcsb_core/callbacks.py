@@ -36,13 +36,15 @@ class StepReport:
 @dataclass
 class EvalReport:
     """An evaluation after `step` optimizer steps: mean loss over target tokens (nats) and the share
-    of target tokens whose argmax prediction is right."""
+    of target tokens whose argmax prediction is right; `elapsed_s` since the run's start and
+    `eval_time_s` of the evaluation itself (seconds)."""
 
     step: int
     eval_loss: float
     eval_token_accuracy: float
     eval_target_tokens: int
     elapsed_s: float = 0.0
+    eval_time_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -156,8 +156,9 @@ class DataSettings:
 class TrainConfig:
     """One run. `max_steps` (optimizer steps) and/or `epochs`: training stops at whichever comes first;
     with neither, one epoch. `eval_every`/`save_every`/`log_every` are in optimizer steps (0 = only at
-    the end for eval and save, never for log). `eval_at_start`: evaluate before the first step (the
-    "before" loss; with a validation set); false starts training at once."""
+    the end for eval and save, never for log). `eval_at_start`: measure the step-0 ("before") eval loss
+    (with a validation set); the trainer measures it on the base model after the first optimizer step
+    (the same numbers: a fresh adapter is the identity), so training starts at once either way."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)

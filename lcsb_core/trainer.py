@@ -127,8 +127,7 @@ class Trainer:
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
         self.run = RunState()
-        if start == 0 and self.eval_dataset is not None and cfg.eval_at_start:
-            self.evaluate(0)
+        base_eval_pending = self._start_evaluation(start)
         for step in range(start, self.total_steps):
             if any(cb.should_cancel() for cb in self.callbacks):
                 raise TrainingCancelled(f"cancelled before step {step + 1} of {self.total_steps}")
@@ -146,6 +145,8 @@ class Trainer:
                              max_grad_norm=cfg.optim.max_grad_norm)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
             self.releaser.after_step()
+            if base_eval_pending:
+                base_eval_pending = self._evaluate_base_model()
             done = step + 1
             if self._due(cfg.eval_every, done):
                 self.evaluate(done)
@@ -192,6 +193,26 @@ class Trainer:
             self.files.append(self.files.metrics, {"split": "train", **report.to_dict()})
         self._emit("on_step", report)
 
+    def _start_evaluation(self, start: int) -> bool:
+        """The step-0 ("before") evaluation of a fresh run with a validation set and `eval_at_start`.
+        A fresh adapter is the identity (every LoRA B is zero, as `apply_lora` makes it), so the step-0
+        model is the base model: returns True to measure it after the first optimizer step with the
+        adapter disabled, the same numbers, and training starts sooner by one evaluation pass. An adapter
+        that is not the identity (one passed in) is evaluated now (returns False)."""
+        if start != 0 or self.eval_dataset is None or not self.config.eval_at_start:
+            return False
+        if hasattr(self.model, "disable_adapter") and _adapter_is_identity(self.model):
+            return True
+        self.evaluate(0)
+        return False
+
+    def _evaluate_base_model(self) -> bool:
+        """The deferred step-0 evaluation: the base model, LoRA disabled (PEFT `disable_adapter`).
+        Returns False: nothing is pending any more."""
+        with self.model.disable_adapter():
+            self.evaluate(0)
+        return False
+
     def evaluate(self, step: int) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`);
         callbacks get `on_eval_progress` after each validation batch and `on_eval` at the end."""
@@ -200,7 +221,8 @@ class Trainer:
                                   on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
                                       step, n, total, time.perf_counter() - t0)))
         report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
-                            eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start)
+                            eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
+                            eval_time_s=time.perf_counter() - t0)
         self.run.eval_history.append(report)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
         self._emit("on_eval", report)
@@ -259,6 +281,12 @@ class Trainer:
     def _emit(self, hook: str, *args) -> None:
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
+
+
+def _adapter_is_identity(model: torch.nn.Module) -> bool:
+    """True when every LoRA B matrix (PEFT's `lora_B`, [out_features, r]) is zero, so that the adapted
+    model computes exactly what its base model computes."""
+    return all(not p.any() for name, p in model.named_parameters() if ".lora_B." in name)
 
 
 def _names_of(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> list[str]:

@@ -86,8 +86,9 @@ class JobReporter(TrainerCallback):
                 "selected_layers": r.selected_layers}
         if self.first_step is None:
             self.first_step = (r.step - 1, r.elapsed_s - r.step_time_s)
-        # the step rate since this run's first step: the model load, the step-0 evaluation and steps done
-        # before a resume are not steps of this run; evaluations and checkpoints between steps are
+        # the step rate since this run's first step: the model load, the step-0 evaluation (run after
+        # the first step, see on_eval) and steps done before a resume are not steps of this run;
+        # evaluations and checkpoints between steps are
         with _reporting("step progress", self.job_id), self.db.session() as s:
             record_progress(s, self.job_id, steps_completed=r.step, total_steps=r.total_steps,
                             trained_tokens=self.trained_tokens, peak_memory_mib=round(self.peak_mib, 1),
@@ -110,6 +111,8 @@ class JobReporter(TrainerCallback):
             heartbeat(s, self.job_id)
 
     def on_eval(self, r: EvalReport) -> None:
+        if r.step == 0 and self.first_step is not None:  # the deferred step-0 evaluation is not a step's time
+            self.first_step = (self.first_step[0], self.first_step[1] + r.eval_time_s)
         self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy)
         with _reporting("an evaluation", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation loss={r.eval_loss:.4f}, "

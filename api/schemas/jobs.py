@@ -121,9 +121,9 @@ class Method(BaseModel):
     save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
         f"optimizer steps between checkpoints (default {TrainConfig.save_every}: at the end only)"))
     eval_at_start: bool | None = Field(default=None, description=(
-        "evaluate on the validation file before the first step, the \"before\" loss (default "
-        f"{str(TrainConfig.eval_at_start).lower()}); false starts training at once, sooner by one pass over "
-        "the validation file"))
+        "measure the step-0 (\"before\") validation loss (default "
+        f"{str(TrainConfig.eval_at_start).lower()}); it runs on the base model after the first step, so "
+        "training starts at once; false saves that one pass over the validation file"))
     on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
         default=None, description=f"{' or '.join(ON_TRUNCATION)} (default {DataSettings.on_truncation}): what "
                                   "an example longer than max_seq_len does")

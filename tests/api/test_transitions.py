@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from lcsb_core.callbacks import EvalProgress, StepReport
+from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport
 from lcsb_service import transitions
 from lcsb_service.db import Database
 from lcsb_service.errors import Conflict, NotFound
@@ -190,6 +190,22 @@ def test_estimated_finish_follows_the_measured_step_rate_of_a_running_job(client
     with db.session() as s:
         transitions.finish(s, job_id, fine_tuned_model="ft:x")
     assert job()["estimated_finish"] is None
+
+
+def test_the_step_0_evaluation_after_the_first_step_is_left_out_of_the_step_rate(client, alice, app, db, job_id):
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    run = JobReporter(db, app.state.storage, job_id, "ft:x", threading.Event())
+    run.on_step(step_report(1, 100, step_time_s=2.0, elapsed_s=2.0))
+    run.on_eval(EvalReport(step=0, eval_loss=1.76, eval_token_accuracy=0.6, eval_target_tokens=900, elapsed_s=24.0,
+                           eval_time_s=22.0))  # the trainer's deferred step-0 evaluation
+    run.on_step(step_report(2, 100, step_time_s=2.0, elapsed_s=26.0))
+    run.on_eval(EvalReport(step=2, eval_loss=1.5, eval_token_accuracy=0.6, eval_target_tokens=900, elapsed_s=48.0,
+                           eval_time_s=22.0))  # a later evaluation is the job's time: it counts
+    run.on_step(step_report(3, 100, step_time_s=2.0, elapsed_s=50.0))
+    body = client.get(f"/v1/fine_tuning/jobs/{job_id}", headers=alice.headers).json()
+    # (50 - 22) s over 3 steps = 9.33 s a step, 97 steps left; with the step-0 evaluation it would be 16.7 s
+    assert 895 <= body["estimated_finish"] - body["progress"]["heartbeat_at"] <= 915
 
 
 def test_a_long_evaluation_reports_its_progress_every_20_s(app, db, job_id):

@@ -53,6 +53,17 @@ def test_eta_is_the_remaining_steps_at_the_measured_rate():
     assert str(timedelta(seconds=9960)) == "2:46:00"
 
 
+def test_the_step_0_evaluation_after_the_first_step_is_left_out_of_the_rate():
+    eval_0 = {"type": "metrics", "created_at": T0 + 22, "message": "Step 0/1000: validation loss=1.7612",
+              "data": {"step": 0, "valid_loss": 1.7612, "valid_mean_token_accuracy": 0.6}}
+    with FollowDisplay(Console(file=io.StringIO(), width=200), {"progress": {"total_steps": 1000}}) as display:
+        display.show(step_event(1, 1000, T0))
+        display.show(eval_0)  # the trainer runs the step-0 evaluation after the first step
+        assert display.rate.seconds_per_step() == 0.4  # the last step's own time until a later step
+        display.show(step_event(3, 1000, T0 + 26))
+        assert display.rate.seconds_per_step() == 2.0  # (26 - 22) s over 2 steps; 13 s with the evaluation
+
+
 def test_no_lines_on_a_terminal():
     assert follow([step_event(n, 10, T0 + n) for n in range(1, 11)], total=10, terminal=True) == []
 

@@ -8,10 +8,11 @@ import torch
 from peft import PeftModel
 
 from lcsb_core.callbacks import TrainerCallback
-from lcsb_core.config import TrainConfig
+from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
 from lcsb_core.errors import CheckpointError, DivergenceError, TrainingCancelled
 from lcsb_core.history import read_history
+from lcsb_core.lora import apply_lora
 from lcsb_core.trainer import Trainer
 from tests.core.tiny import NUM_LAYERS, VOCAB, tiny_base, tiny_lora
 
@@ -157,6 +158,7 @@ def test_callbacks_receive_progress(tmp_path):
 
 @pytest.mark.parametrize("eval_at_start", [True, False])
 def test_eval_at_start_decides_the_step_0_evaluation_only(tmp_path, eval_at_start):
+    # tiny_lora's adapter is not the identity (B != 0): its step-0 evaluation runs before the first step
     events = []
 
     class Record(TrainerCallback):
@@ -172,6 +174,48 @@ def test_eval_at_start_decides_the_step_0_evaluation_only(tmp_path, eval_at_star
     assert events == ([("eval", 0)] if eval_at_start else []) + later
     assert (summary["eval_loss_before"] is not None) == eval_at_start
     assert math.isfinite(summary["eval_loss_after"])
+
+
+def fresh_adapter_trainer(cfg, callbacks=()):
+    """A trainer on an adapter as `apply_lora` makes it (every LoRA B zero: the identity)."""
+    model = apply_lora(tiny_base(0), LoraSettings(rank=cfg.lora.rank, alpha=cfg.lora.alpha, dropout=cfg.lora.dropout),
+                       seed=0)
+    return Trainer(cfg, model=model, train_dataset=dataset(40, 1), eval_dataset=dataset(8, 2), callbacks=callbacks)
+
+
+def test_a_fresh_adapter_is_evaluated_at_step_0_after_the_first_step_with_the_same_numbers(tmp_path):
+    events = []
+
+    class Record(TrainerCallback):
+        def on_step(self, r):
+            events.append(("step", r.step))
+
+        def on_eval(self, r):
+            events.append(("eval", r.step, r.eval_loss, r.eval_token_accuracy, r.eval_target_tokens))
+
+    before = fresh_adapter_trainer(config(tmp_path / "before", max_steps=4, eval_every=2))
+    before.setup()
+    before.files.create()
+    at_start = before.evaluate(0)  # the step-0 model, evaluated before any step
+    t = fresh_adapter_trainer(config(tmp_path / "run", max_steps=4, eval_every=2), callbacks=[Record()])
+    summary = t.train()
+    assert [e[:2] for e in events] == [("step", 1), ("eval", 0), ("step", 2), ("eval", 2), ("step", 3), ("step", 4),
+                                       ("eval", 4)]
+    assert events[1][2:] == (at_start.eval_loss, at_start.eval_token_accuracy, at_start.eval_target_tokens)
+    assert events[3][2] != at_start.eval_loss  # the adapter is back on after the step-0 evaluation
+    assert summary["eval_loss_before"] == at_start.eval_loss
+    metrics = [json.loads(line) for line in t.files.metrics.read_text().splitlines()]
+    assert [(m["split"], m["step"]) for m in metrics][:3] == [("train", 1), ("eval", 0), ("train", 2)]
+
+
+def test_the_deferred_step_0_evaluation_changes_no_weight(tmp_path):
+    runs = []
+    for flag in (True, False):
+        t = fresh_adapter_trainer(config(tmp_path / str(flag), eval_at_start=flag))
+        t.train()
+        runs.append(lora_tensors(t))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+    assert any(p.any() for p in runs[0])  # it trained
 
 
 def test_eval_progress_comes_after_every_validation_batch(tmp_path):

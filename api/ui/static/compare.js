@@ -20,7 +20,7 @@
       if (typeof d.train_seconds === "number") trainEnd = d.train_seconds;
       if (e.type === "metrics" && typeof d.valid_loss === "number") {
         byStep.push([d.step, d.valid_loss]);
-        byTime.push([e.created_at - (t0 ?? e.created_at), d.valid_loss]);
+        byTime.push([d.step === 0 ? 0 : e.created_at - (t0 ?? e.created_at), d.valid_loss]);  // step 0: before training
       }
     }
     return { byStep, byTime, trainEnd };

@@ -57,7 +57,7 @@
     if (t0 === null && (d.num_layers || e.type === "metrics")) t0 = e.created_at - (d.step_time_s || 0);
     const t = t0 === null ? 0 : e.created_at - t0;
     if (e.type === "metrics" && typeof d.train_loss === "number") { train.push([d.step, d.train_loss]); trainT.push([t, d.train_loss]); }
-    if (e.type === "metrics" && typeof d.valid_loss === "number") { evalLoss.push([d.step, d.valid_loss]); evalT.push([t, d.valid_loss]); }
+    if (e.type === "metrics" && typeof d.valid_loss === "number") { evalLoss.push([d.step, d.valid_loss]); evalT.push([d.step === 0 ? 0 : t, d.valid_loss]); }  // step 0: the base model, measured after step 1
     if (Array.isArray(d.selected_layers)) heat.add(d.step, d.selected_layers);
     charts.step.update([train, evalLoss]);
     charts.time.update([trainT, evalT]);

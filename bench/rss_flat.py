@@ -12,7 +12,9 @@ alternatives, side by side:
 - `jemalloc`: no trim, with jemalloc instead of glibc's malloc (`LD_PRELOAD`, Debian's `libjemalloc2`),
   which keeps freed pages for reuse and returns them after its own decay time (BENCHMARKS.md 1e);
 - `jemalloc+releaser`: jemalloc with the shipped releaser (which purges jemalloc's arenas instead of
-  `malloc_trim`): what the worker's training process runs since `Settings.worker_malloc`.
+  `malloc_trim`): what the worker's training process runs since `Settings.worker_malloc`;
+- `jemalloc-retain+releaser`: the same with jemalloc's decay off (`MALLOC_CONF=RETAIN_CONF`): freed
+  pages stay mapped for the next step (no fresh page faults) until the releaser purges them.
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
@@ -45,7 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser")
+MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", "jemalloc-retain+releaser")
+RETAIN_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"  # jemalloc 5: never return freed pages on a timer
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -99,7 +102,8 @@ def child(args) -> None:
     trainer.setup()
     trims = [0]
     base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
-            "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser}[args.mode]
+            "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser,
+            "jemalloc-retain+releaser": memory_probe.FreeMemoryReleaser}[args.mode]
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -110,8 +114,7 @@ def child(args) -> None:
     trainer.releaser = Counting(device)
     lengths = [len(e.input_ids) for e in train.examples]
     trainer.train()
-    vm_peak = next(int(x.split()[1]) / 1024 for x in Path("/proc/self/status").read_text().splitlines()
-                   if x.startswith("VmPeak:"))
+    vm_peak = memory_probe.status_mib("VmPeak")
     print(json.dumps({"mode": args.mode, "rows": rows, "trims": trims[0], "examples": len(lengths),
                       "min_len": min(lengths), "max_len": max(lengths), "malloc": memory_probe.c_allocator(),
                       "vm_peak_mib": vm_peak}), flush=True)
@@ -154,6 +157,8 @@ def main() -> None:
             "--schedule", args.schedule, "--model", args.model, "--work", args.work]
     def env(mode: str) -> dict[str, str]:
         preload = {"LD_PRELOAD": JEMALLOC} if mode.startswith("jemalloc") else {}
+        if mode.startswith("jemalloc-retain"):
+            preload["MALLOC_CONF"] = RETAIN_CONF
         return {**os.environ, "OMP_NUM_THREADS": "1", **preload}
 
     procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True, env=env(m)) for m in modes}

@@ -24,27 +24,31 @@ def reset_peak(device: torch.device) -> None:
         pass
 
 
+def status_mib(field: str) -> float | None:
+    """A memory field of this process's /proc/self/status ("VmHWM", "VmRSS", "VmPeak": kB there), in
+    MiB; None where the file or the field is missing (not Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_mib(device: torch.device) -> float:
     """Peak memory since the last `reset_peak` (CUDA: allocated tensors; CPU: resident set), MiB."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / MIB
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    hwm = status_mib("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def current_mib(device: torch.device) -> float:
     """Memory in use now (CUDA: allocated; CPU: resident set), MiB."""
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device) / MIB
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return status_mib("VmRSS") or 0.0
 
 
 PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc")

@@ -50,6 +50,17 @@ def test_reads_the_real_resident_set_when_none_is_given():
     assert releaser.reference_mib > 10  # this Python process, MiB
 
 
+def test_the_status_fields_are_read_in_mib_and_a_missing_one_is_none():
+    cpu = torch.device("cpu")
+    rss, hwm, vm_peak = (memory_probe.status_mib(f) for f in ("VmRSS", "VmHWM", "VmPeak"))
+    assert rss is not None and hwm is not None and vm_peak is not None
+    assert 10 < rss <= hwm <= vm_peak  # resident now <= resident peak <= virtual peak, MiB
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, every page touched
+    assert memory_probe.current_mib(cpu) >= rss + 60 and memory_probe.peak_mib(cpu) >= rss + 60
+    del block
+    assert memory_probe.status_mib("VmNoSuchField") is None
+
+
 RELEASE_SCRIPT = """
 import torch
 from lcsb_core.memory_probe import c_allocator, current_mib, release_free_memory

@@ -1,9 +1,9 @@
 """Run by test_data_memory in a fresh interpreter: validate one file and print peak memory as JSON.
 
     python memprobe.py FILE [--tokenizer]
-prints {"baseline_kb": VmHWM after imports and a warm-up validation (peak reset to the current RSS),
-"peak_kb": VmHWM after validating FILE, "seconds": ..., "valid": ...}. VmHWM is the process's peak
-resident set size (/proc/self/status).
+prints {"baseline_mib": VmHWM after imports and a warm-up validation (peak reset to the current RSS),
+"peak_mib": VmHWM after validating FILE, "seconds": ..., "valid": ...}. VmHWM is the process's peak
+resident set size (`lcsb_core.memory_probe`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,11 @@ import time
 from pathlib import Path
 
 
-def vm_hwm_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 def main() -> None:
+    import torch
+
     from lcsb_core.data import ValidationLimits, validate_file
+    from lcsb_core.memory_probe import peak_mib, reset_peak
 
     path = sys.argv[1]
     tokenizer = None
@@ -34,15 +30,13 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
     warmup = Path(__file__).resolve().parent / "cases" / "clean_reference.jsonl"
     validate_file(warmup, tokenizer=tokenizer, limits=ValidationLimits(min_examples=1))
-    try:  # reset the peak to the current RSS (Linux >= 4.0), so load-time peaks do not hide growth
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-    baseline = vm_hwm_kb()
+    cpu = torch.device("cpu")
+    reset_peak(cpu)  # the peak starts again at the current RSS, so load-time peaks do not hide growth
+    baseline = peak_mib(cpu)
     start = time.perf_counter()
     report = validate_file(path, tokenizer=tokenizer, max_seq_len=512)
     seconds = time.perf_counter() - start
-    print(json.dumps({"baseline_kb": baseline, "peak_kb": vm_hwm_kb(), "seconds": round(seconds, 2),
+    print(json.dumps({"baseline_mib": baseline, "peak_mib": peak_mib(cpu), "seconds": round(seconds, 2),
                       "valid": report.valid_examples, "invalid": report.invalid_examples, "ok": report.ok}))
 
 

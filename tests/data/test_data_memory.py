@@ -48,9 +48,9 @@ def test_structure_validation_of_200mb_in_flat_memory(tmp_path):
     assert big.stat().st_size >= 200 << 20
     a, b = _probe(small), _probe(big)
     assert a["ok"] and b["ok"] and (a["valid"], b["valid"]) == (n_small, n_big)
-    growth_mb = (b["peak_kb"] - b["baseline_kb"]) / 1024
-    print(f"\n200 MB ({n_big} examples): peak RSS {b['peak_kb'] / 1024:.1f} MiB, +{growth_mb:.1f} MiB over "
-          f"baseline, {b['seconds']} s; 2 MB: +{(a['peak_kb'] - a['baseline_kb']) / 1024:.1f} MiB")
+    growth_mb = b["peak_mib"] - b["baseline_mib"]
+    print(f"\n200 MB ({n_big} examples): peak RSS {b['peak_mib']:.1f} MiB, +{growth_mb:.1f} MiB over "
+          f"baseline, {b['seconds']} s; 2 MB: +{a['peak_mib'] - a['baseline_mib']:.1f} MiB")
     # bounded by 12 bytes per example for duplicate detection (+ sorting scratch), not by the file size
     assert growth_mb < 32, f"validating 200 MB raised peak RSS by {growth_mb:.1f} MiB"
 
@@ -61,6 +61,6 @@ def test_tokenizing_validation_in_flat_memory(tmp_path):
     _generate(big, 8 << 20)
     a, b = _probe(small, "--tokenizer"), _probe(big, "--tokenizer")
     assert a["ok"] and b["ok"]
-    growth = [(r["peak_kb"] - r["baseline_kb"]) / 1024 for r in (a, b)]
+    growth = [r["peak_mib"] - r["baseline_mib"] for r in (a, b)]
     print(f"\ntokenizing validation: 1 MB +{growth[0]:.1f} MiB, 8 MB +{growth[1]:.1f} MiB ({b['seconds']} s)")
     assert growth[1] < growth[0] + 16

@@ -115,7 +115,7 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
         with open(work / "child.log", "wb") as child_log:
             proc = subprocess.Popen([sys.executable, "-m", "worker.child", str(spec_path)], stdout=child_log,
                                     stderr=subprocess.STDOUT, env=_child_env(settings, malloc))
-        _event(ctx, job.id, f"Training process started under a {wc.memory_mib} MiB memory cap ({cage.describe()}) "
+        _event(ctx, job.id, f"Training process started, memory cap {wc.memory_mib} MiB ({cage.describe()}), "
                f"on {wc.device}, C allocator {malloc.describe()}",
                data={"pid": proc.pid, "memory_cap_mib": wc.memory_mib, "limiter": cage.kind, "device": wc.device,
                      "time_limit_s": limit, "malloc": malloc.name})

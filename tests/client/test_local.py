@@ -36,7 +36,10 @@ def test_spec_paths_ids_and_overrides(tmp_path):
     path.write_text("model: M\ntraining_path: data/train.jsonl\nvalidation_file: file-v\n"
                     "method: {lcsb: {k: 4}}\nseed: 3\n")
     spec = JobSpec.load(path, ["method.lcsb.k=8", "hyperparameters.n_epochs=2", "suffix=x"])
-    assert spec.training_path == tmp_path / "data" / "train.jsonl" and spec.validation_path is None
+    assert spec.training_path == tmp_path.resolve() / "data" / "train.jsonl" and spec.validation_path is None
+    (tmp_path / "specs").mkdir()  # a path relative to the spec's folder comes out absolute, without ".."
+    (tmp_path / "specs" / "job.yaml").write_text("model: M\ntraining_path: ../data/train.jsonl\n")
+    assert JobSpec.load(tmp_path / "specs" / "job.yaml", []).training_path == tmp_path.resolve() / "data" / "train.jsonl"
     assert spec.to_request("file-t") == {"model": "M", "training_file": "file-t", "validation_file": "file-v",
                                          "method": {"lcsb": {"k": 8}}, "hyperparameters": {"n_epochs": 2},
                                          "suffix": "x", "seed": 3}

@@ -67,7 +67,7 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert [e["data"]["step"] for e in events if "valid_loss" in (e["data"] or {})] == [0, 3, 6]
     assert [m for m in messages if m.startswith("Checkpoint saved")] == ["Checkpoint saved at step 2",
                                                                           "Checkpoint saved at step 4"]
-    assert any(m.startswith("Training process started under a 4096 MiB memory cap") for m in messages)
+    assert any(m.startswith("Training process started, memory cap 4096 MiB") for m in messages)
     assert any(m.startswith("Training started") for m in messages)
     assert any(m.startswith("Training finished") for m in messages)
     assert messages[-1] == "The job has successfully completed"

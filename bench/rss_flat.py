@@ -13,8 +13,11 @@ alternatives, side by side:
   which keeps freed pages for reuse and returns them after its own decay time (BENCHMARKS.md 1e);
 - `jemalloc+releaser`: jemalloc with the shipped releaser (which purges jemalloc's arenas instead of
   `malloc_trim`): what the worker's training process runs since `Settings.worker_malloc`;
-- `jemalloc-retain+releaser`: the same with jemalloc's decay off (`MALLOC_CONF=RETAIN_CONF`): freed
-  pages stay mapped for the next step (no fresh page faults) until the releaser purges them.
+- `jemalloc-retain+releaser`: the same with jemalloc's decay off (`MALLOC_CONF` from `JEMALLOC_CONF`):
+  freed pages stay mapped for the next step (no fresh page faults) until the releaser purges them;
+- `jemalloc-decay30+releaser`: jemalloc's decay of freed pages over 30 s instead of 10 s;
+- `jemalloc-thp+releaser`: the same with transparent huge pages asked for (`thp:always`: 2 MiB pages,
+  where the kernel's THP mode is `madvise`), so a fresh page fault maps 512 times as much.
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
@@ -47,8 +50,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", "jemalloc-retain+releaser")
-RETAIN_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"  # jemalloc 5: never return freed pages on a timer
+JEMALLOC_CONF = {"jemalloc-retain+releaser": "dirty_decay_ms:-1,muzzy_decay_ms:-1",  # never on a timer
+                 "jemalloc-decay30+releaser": "dirty_decay_ms:30000",  # 30 s instead of 10 s
+                 "jemalloc-thp+releaser": "thp:always"}  # jemalloc >= 5.1: madvise(MADV_HUGEPAGE)
+MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", *JEMALLOC_CONF)
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -103,7 +108,7 @@ def child(args) -> None:
     trims = [0]
     base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
             "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser,
-            "jemalloc-retain+releaser": memory_probe.FreeMemoryReleaser}[args.mode]
+            **dict.fromkeys(JEMALLOC_CONF, memory_probe.FreeMemoryReleaser)}[args.mode]
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -157,8 +162,8 @@ def main() -> None:
             "--schedule", args.schedule, "--model", args.model, "--work", args.work]
     def env(mode: str) -> dict[str, str]:
         preload = {"LD_PRELOAD": JEMALLOC} if mode.startswith("jemalloc") else {}
-        if mode.startswith("jemalloc-retain"):
-            preload["MALLOC_CONF"] = RETAIN_CONF
+        if mode in JEMALLOC_CONF:
+            preload["MALLOC_CONF"] = JEMALLOC_CONF[mode]
         return {**os.environ, "OMP_NUM_THREADS": "1", **preload}
 
     procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True, env=env(m)) for m in modes}

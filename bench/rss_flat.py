@@ -17,7 +17,12 @@ alternatives, side by side:
   freed pages stay mapped for the next step (no fresh page faults) until the releaser purges them;
 - `jemalloc-decay30+releaser`: jemalloc's decay of freed pages over 30 s instead of 10 s;
 - `jemalloc-thp+releaser`: the same with transparent huge pages asked for (`thp:always`: 2 MiB pages,
-  where the kernel's THP mode is `madvise`), so a fresh page fault maps 512 times as much.
+  where the kernel's THP mode is `madvise`), so a fresh page fault maps 512 times as much;
+- `jemalloc-nooversize+releaser`: allocations over 8 MiB (the logits, [batch, tokens, vocab]) served
+  from the ordinary arenas and their 10 s decay, instead of jemalloc 5.2+'s dedicated "oversize"
+  arena, which returns their pages at once;
+- `jemalloc-chunk4+releaser`: jemalloc with the chunked LM-head loss (`memory.LOSS_CHUNK_BYTES` =
+  4 MiB of fp32 logits per chunk, under that 8 MiB bar, so the chunks' buffers are reused).
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
@@ -35,6 +40,10 @@ the examples' token-length range. `--json` writes every step's RSS.
 
     python bench/rss_flat.py --steps 200 --json bench/results/rss_flat_cpu.json
     python bench/rss_flat.py --steps 12 --seq 128            # a smoke run (says nothing about memory)
+    python bench/rss_flat.py --ratios bench/results/rss_flat_jemalloc_*.json   # ratios of saved runs
+
+With two modes or more, it also prints each mode against the first: total seconds, the median (IQR) of
+per-step time ratios (the same batches in the same order in every mode) and of per-step peak ratios.
 """
 
 from __future__ import annotations
@@ -52,8 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 JEMALLOC_CONF = {"jemalloc-retain+releaser": "dirty_decay_ms:-1,muzzy_decay_ms:-1",  # never on a timer
                  "jemalloc-decay30+releaser": "dirty_decay_ms:30000",  # 30 s instead of 10 s
-                 "jemalloc-thp+releaser": "thp:always"}  # jemalloc >= 5.1: madvise(MADV_HUGEPAGE)
-MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", *JEMALLOC_CONF)
+                 "jemalloc-thp+releaser": "thp:always",  # jemalloc >= 5.1: madvise(MADV_HUGEPAGE)
+                 "jemalloc-nooversize+releaser": "oversize_threshold:0"}  # no purge-at-once arena for > 8 MiB
+LOSS_CHUNK_MIB = {"jemalloc-chunk4+releaser": 4}  # memory.LOSS_CHUNK_BYTES: under the 8 MiB oversize bar
+MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", *JEMALLOC_CONF, *LOSS_CHUNK_MIB)
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -108,7 +119,11 @@ def child(args) -> None:
     trims = [0]
     base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
             "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser,
-            **dict.fromkeys(JEMALLOC_CONF, memory_probe.FreeMemoryReleaser)}[args.mode]
+            **dict.fromkeys([*JEMALLOC_CONF, *LOSS_CHUNK_MIB], memory_probe.FreeMemoryReleaser)}[args.mode]
+    if args.mode in LOSS_CHUNK_MIB:
+        from lcsb_core import memory
+
+        memory.LOSS_CHUNK_BYTES = LOSS_CHUNK_MIB[args.mode] * memory.MIB
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -139,6 +154,23 @@ def summarize(result: dict) -> dict:
             "step_s": statistics.median(r["seconds"] for r in result["rows"])}
 
 
+def pair_ratios(base: dict, other: dict) -> str:
+    """`other` against `base` (two modes' results over the same batches): total seconds and the
+    median (IQR) of per-step time ratios base/other, on `topfull`'s full steps (every 4th) and the
+    others apart, and of per-step peak ratios other/base."""
+    tb, to = ([r["seconds"] for r in m["rows"]] for m in (base, other))
+    time = [a / b for a, b in zip(tb, to, strict=True)]
+    peak = [b["peak_mib"] / a["peak_mib"] for a, b in zip(base["rows"], other["rows"], strict=True)]
+    full = [x for i, x in enumerate(time) if (i + 1) % 4 == 0]
+    topk = [x for i, x in enumerate(time) if (i + 1) % 4]
+    qt, qp = statistics.quantiles(time, n=4), statistics.quantiles(peak, n=4)
+    return (f"{other['mode']} vs {base['mode']}: total {sum(tb):.0f} / {sum(to):.0f} s = {sum(tb) / sum(to):.3f}x; "
+            f"per step {statistics.median(time):.3f}x (IQR {qt[0]:.3f}-{qt[2]:.3f}), full steps "
+            f"{statistics.median(full):.3f}x, top-k {statistics.median(topk):.3f}x; step peak "
+            f"{statistics.median(peak):.3f}x (IQR {qp[0]:.3f}-{qp[2]:.3f}); highest "
+            f"{max(r['peak_mib'] for r in base['rows']):.0f} / {max(r['peak_mib'] for r in other['rows']):.0f} MiB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=200, help="optimizer steps per mode")
@@ -149,10 +181,17 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {MODES}")
     ap.add_argument("--work", default="runs/rss_flat", help="folder for each mode's data and run files")
     ap.add_argument("--json", default="", help="write every step's RSS here")
+    ap.add_argument("--ratios", nargs="+", default=[], help="print the ratios of saved --json files, no run")
     ap.add_argument("--mode", default="", help=argparse.SUPPRESS)  # a child process
     args = ap.parse_args()
     if args.mode:
         return child(args)
+    for saved in args.ratios:
+        first, *others = json.loads(Path(saved).read_text())["results"]
+        for other in others:
+            print(pair_ratios(first, other))
+    if args.ratios:
+        return None
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
@@ -187,6 +226,8 @@ def main() -> None:
         cells += [f"{s[k]:.0f}" for k in ("settled", "end")]
         print(f"| {s['mode']} | {' | '.join(cells)} | {s['growth_mib']:+.0f} | {s['growth_ratio']:.3f}x | "
               f"{s['trims']} | {s['peak']:.0f} | {s['vm_peak']:.0f} | {s['step_s']:.2f} |")
+    for other in results[1:]:
+        print(pair_ratios(results[0], other))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
 

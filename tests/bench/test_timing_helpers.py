@@ -15,6 +15,7 @@ from tests.core.tiny import VOCAB, tiny_lora
 
 step_time = load_bench("step_time")
 overhead = load_bench("trainer_overhead")
+rss_flat = load_bench("rss_flat")
 
 
 def test_interleave_rotates_the_order_and_times_only_the_timed_rounds():
@@ -95,3 +96,16 @@ def test_adapter_ablation_finds_each_layers_lora_b_and_parses_layer_ranges():
     assert sorted(by_layer) == list(range(layers))
     per_layer = {len(ps) for ps in by_layer.values()}
     assert per_layer == {sum("lora_B" in n for n, _ in model.named_parameters()) // layers}
+
+
+def test_rss_flat_pairs_two_modes_step_by_step():
+    def result(mode: str, seconds: list[float], peaks: list[float]) -> dict:
+        return {"mode": mode, "rows": [{"seconds": t, "peak_mib": p} for t, p in zip(seconds, peaks, strict=True)]}
+
+    # 8 steps; steps 4 and 8 are topfull's full steps
+    base = result("a", [2, 2, 2, 6, 2, 2, 2, 6], [100, 100, 100, 200, 100, 100, 100, 200])
+    other = result("b", [1, 2, 2, 3, 1, 2, 2, 3], [150, 150, 150, 300, 150, 150, 150, 300])
+    line = rss_flat.pair_ratios(base, other)
+    assert line.startswith("b vs a: total 24 / 16 s = 1.500x; per step 1.500x (IQR 1.000-2.000)")
+    assert "full steps 2.000x, top-k 1.000x" in line and "step peak 1.500x" in line
+    assert line.endswith("highest 200 / 300 MiB")

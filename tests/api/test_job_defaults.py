@@ -45,7 +45,7 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
                  "eval_at_start"):
         assert method[name].get("default") is None, name
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
-    assert "(default true); false starts training at once" in method["eval_at_start"]["description"]
+    assert "(default true); it runs on the base model after the first step" in method["eval_at_start"]["description"]
     assert schemas["JobObject"]["properties"]["status"]["$ref"].endswith("/JobStatus")
     assert schemas["JobStatus"]["enum"] == [s.value for s in JobStatus] == [
         "queued", "running", "succeeded", "failed", "cancelled"]

@@ -39,7 +39,8 @@ def test_spec_paths_ids_and_overrides(tmp_path):
     assert spec.training_path == tmp_path.resolve() / "data" / "train.jsonl" and spec.validation_path is None
     (tmp_path / "specs").mkdir()  # a path relative to the spec's folder comes out absolute, without ".."
     (tmp_path / "specs" / "job.yaml").write_text("model: M\ntraining_path: ../data/train.jsonl\n")
-    assert JobSpec.load(tmp_path / "specs" / "job.yaml", []).training_path == tmp_path.resolve() / "data" / "train.jsonl"
+    nested = JobSpec.load(tmp_path / "specs" / "job.yaml", [])
+    assert nested.training_path == tmp_path.resolve() / "data" / "train.jsonl"
     assert spec.to_request("file-t") == {"model": "M", "training_file": "file-t", "validation_file": "file-v",
                                          "method": {"lcsb": {"k": 8}}, "hyperparameters": {"n_epochs": 2},
                                          "suffix": "x", "seed": 3}

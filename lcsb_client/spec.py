@@ -94,7 +94,7 @@ class JobSpec:
                 raise _invalid(f"give {path_field} or {id_field}, not both", path_field)
             value = raw.get(path_field)
             if value is not None:
-                local = (base_dir / Path(str(value)).expanduser()).resolve()  # absolute, without ".." 
+                local = (base_dir / Path(str(value)).expanduser()).resolve()  # absolute, without ".."
                 if not local.is_file():
                     raise ClientError("file_not_found", f"{path_field}: no such file {local}", path_field)
                 paths[path_field] = local

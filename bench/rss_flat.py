@@ -21,6 +21,8 @@ alternatives, side by side:
 - `jemalloc-nooversize+releaser`: allocations over 8 MiB (the logits, [batch, tokens, vocab]) served
   from the ordinary arenas and their 10 s decay, instead of jemalloc 5.2+'s dedicated "oversize"
   arena, which returns their pages at once;
+- `jemalloc-nooversize-decay30+releaser`: both of the last two settings (the logits in the ordinary
+  arenas, and their freed pages decaying over 30 s, about ten steps, instead of 10 s);
 - `jemalloc-chunk4+releaser`: jemalloc with the chunked LM-head loss (`memory.LOSS_CHUNK_BYTES` =
   4 MiB of fp32 logits per chunk, under that 8 MiB bar, so the chunks' buffers are reused).
 
@@ -62,7 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 JEMALLOC_CONF = {"jemalloc-retain+releaser": "dirty_decay_ms:-1,muzzy_decay_ms:-1",  # never on a timer
                  "jemalloc-decay30+releaser": "dirty_decay_ms:30000",  # 30 s instead of 10 s
                  "jemalloc-thp+releaser": "thp:always",  # jemalloc >= 5.1: madvise(MADV_HUGEPAGE)
-                 "jemalloc-nooversize+releaser": "oversize_threshold:0"}  # no purge-at-once arena for > 8 MiB
+                 "jemalloc-nooversize+releaser": "oversize_threshold:0",  # no purge-at-once arena for > 8 MiB
+                 "jemalloc-nooversize-decay30+releaser": "oversize_threshold:0,dirty_decay_ms:30000"}  # both
 LOSS_CHUNK_MIB = {"jemalloc-chunk4+releaser": 4}  # memory.LOSS_CHUNK_BYTES: under the 8 MiB oversize bar
 MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", *JEMALLOC_CONF, *LOSS_CHUNK_MIB)
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)

@@ -224,9 +224,10 @@ class DownloadProgress:
 
 
 class FollowDisplay:
-    """A progress bar (steps done/total, loss, tokens/s, peak memory) updated from the job's metrics
-    events; other events (started, evaluations, checkpoints, warnings, errors) print as lines above it.
-    Use as a context manager around the event loop; call `show(event)` per event.
+    """A progress bar (steps done/total, loss, tokens/s, the highest step peak memory so far, in MiB)
+    updated from the job's metrics events; other events (started, evaluations, checkpoints, warnings,
+    errors) print as lines above it. Use as a context manager around the event loop; call `show(event)`
+    per event.
 
     Without a terminal (a pipe, a log file, CI) the bar cannot redraw, so progress is also printed as
     plain lines (`progress_line`): at the first step event, then whenever `line_every_fraction` of the
@@ -254,6 +255,7 @@ class FollowDisplay:
         self.clock = clock
         self.last_printed = clock()  # when any line was last printed (clock seconds)
         self.last_step: dict | None = None  # the data of the latest step event
+        self.peak_mib: float | None = None  # the highest step peak seen (MiB), as the job object's progress
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -319,8 +321,10 @@ class FollowDisplay:
         stats = [f"loss {data['train_loss']:.4f}"]
         if data.get("tokens_per_s") is not None:
             stats.append(f"{data['tokens_per_s']:,.0f} tok/s")
-        if data.get("peak_memory_mib") is not None:
-            stats.append(f"peak {data['peak_memory_mib']:,.0f} MiB")
+        if data.get("peak_memory_mib") is not None:  # the highest so far, not this step's: a step's peak varies
+            self.peak_mib = max(self.peak_mib or 0.0, float(data["peak_memory_mib"]))
+        if self.peak_mib is not None:
+            stats.append(f"peak {self.peak_mib:,.0f} MiB")
         self.progress.update(self.task, completed=data["step"], total=data.get("total_steps") or None,
                              stats="  ".join(stats))
         self.rate.add(data["step"], at, data.get("step_time_s"))

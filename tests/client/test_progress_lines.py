@@ -105,3 +105,13 @@ def test_the_clock_prints_a_line_when_30_s_pass_without_one():
     # the clock's lines repeat step 2 at the current time; 98 steps x 10 s, counted down since step 2 (50 s)
     assert "step 2/100 (2%)" in progress[1] and progress[1].endswith("ETA 0:16:00")  # 980 - 20 s
     assert "step 2/100 (2%)" in progress[2] and progress[2].endswith("ETA 0:15:30")  # 980 - 50 s
+
+
+def test_the_bar_shows_the_highest_step_peak_so_far_not_the_last_steps():
+    peaks = {1: 2_940.4, 2: 2_591.0, 3: 2_700.0}  # MiB; the job's own peak is the highest, step 1's
+    with FollowDisplay(Console(file=io.StringIO(), width=200), {"progress": {"total_steps": 10}}) as display:
+        for n, peak in peaks.items():
+            display.show({**step_event(n, 10, T0 + n), "data": {**step_data(n, 10), "peak_memory_mib": peak}})
+            shown = display.progress.tasks[0].fields["stats"]
+            assert shown.endswith(f"peak {max(list(peaks.values())[:n]):,.0f} MiB")
+    assert shown == "loss 0.7000  1,234 tok/s  peak 2,940 MiB"

@@ -1,11 +1,13 @@
 """Compare two README main jobs that differ only in the training process's C allocator or its settings
-(`LCSB_WORKER_MALLOC=glibc` and `=jemalloc`; jemalloc with and without `MALLOC_CONF`; BENCHMARKS.md 1h):
+(`LCSB_WORKER_MALLOC=glibc` and `=jemalloc`; jemalloc with and without `MALLOC_CONF`; BENCHMARKS.md 1h),
+or the code before and after a change (1i):
 per-step time and step-peak ratios over the same 100 batches, `topfull`'s full steps and top-k steps
 apart, the eval losses, and whether the train losses are identical. Reads
 main_job_<run>_{metrics.csv,summary.json} in `--dir` for the two names of `--runs` (before, after).
 
     python bench/malloc_compare.py --dir bench/results/malloc_main_job
     python bench/malloc_compare.py --dir bench/results/malloc_main_job_retain --runs jemalloc,jemalloc-retain
+    python bench/malloc_compare.py --dir bench/results/main_job_issue14_before_after --runs before,after  # 1i
 """
 
 from __future__ import annotations

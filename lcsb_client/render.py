@@ -232,10 +232,10 @@ class FollowDisplay:
     Without a terminal (a pipe, a log file, CI) the bar cannot redraw, so progress is also printed as
     plain lines (`progress_line`): at the first step event, then whenever `line_every_fraction` of the
     steps have passed or `line_every_s` seconds (by the events' timestamps) since the last line, and at
-    the last step. Between events a clock thread calls `tick()` every second, which prints the last
-    step's progress line at the current time once `line_every_s` seconds have passed without any line
-    (a slow step, an evaluation, the model load): so a line comes at least every `line_every_s` seconds
-    however long a step takes. `clock` gives Unix seconds (tests pass their own)."""
+    the last step. Between events a clock thread calls `tick()` every second and when a line falls due,
+    which prints the last step's progress line at the current time once `line_every_s` seconds have
+    passed without any line (a slow step, an evaluation, the model load): so a line comes at least every
+    `line_every_s` seconds however long a step takes. `clock` gives Unix seconds (tests pass their own)."""
 
     def __init__(self, console: Console, job: dict, *, line_every_fraction: float = 0.1,
                  line_every_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
@@ -274,8 +274,17 @@ class FollowDisplay:
             self.progress.stop()
 
     def _tick_every_second(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(self.seconds_to_next_tick()):
             self.tick()
+
+    def seconds_to_next_tick(self) -> float:
+        """Seconds the clock thread waits before its next `tick`: a second, or less when a line falls
+        due sooner (`line_every_s` after the last line), so no silence outlasts `line_every_s` by up to
+        a second of polling; at least 0.05 s, and a second before any event (nothing to print yet)."""
+        with self._lock:
+            if not self.events_seen:
+                return 1.0
+            return min(1.0, max(0.05, self.last_printed + self.line_every_s - self.clock()))
 
     def tick(self) -> None:
         """When `line_every_s` seconds have passed since the last line of any kind (and some event was

@@ -84,6 +84,9 @@ def test_the_clock_prints_a_line_when_30_s_pass_without_one():
     now = [float(T0)]
     out = io.StringIO()
     display = FollowDisplay(Console(file=out, width=200), {"progress": {"total_steps": 100}}, clock=lambda: now[0])
+    now[0] = T0 + 60
+    assert display.seconds_to_next_tick() == 1.0  # no event yet (a queued job): nothing falls due
+    now[0] = float(T0)
     with display:
         display.show({"type": "message", "created_at": T0, "message": "Training started: 100 steps"})
         for t in (10, 29.5, 30):  # before any step: one waiting line, 30 s after the last line
@@ -99,6 +102,12 @@ def test_the_clock_prints_a_line_when_30_s_pass_without_one():
         display.show(step_event(3, 100, T0 + 101))  # 1 s after the clock's line: none
     lines = out.getvalue().splitlines()
     assert lines[0].endswith("Training started: 100 steps") and lines[1].endswith("waiting for the first step")
+    now[0] = T0 + 101.25
+    assert display.seconds_to_next_tick() == 1.0  # the last line at 100 s: the next is due at 130 s
+    now[0] = T0 + 129.5
+    assert display.seconds_to_next_tick() == 0.5  # wakes when it is due, not up to a second late
+    now[0] = T0 + 140
+    assert display.seconds_to_next_tick() == 0.05  # overdue: soon, but the thread never spins
     progress = [line for line in lines if " step " in line and "first" not in line]
     assert len(progress) == 3, lines
     assert progress[0].endswith("step 1/100 (1%)  loss 0.9000  1,234 tok/s  ETA 0:00:40")  # 99 x 0.4 s

@@ -1,5 +1,5 @@
 """`lcsb jobs follow`: read a job's event stream to the end with a progress bar (without a terminal,
-plain progress lines: `render.FollowDisplay`), then report how the job ended. Exit code 0 when it
+plain progress lines: `progress.FollowDisplay`), then report how the job ended. Exit code 0 when it
 succeeded, 1 when it failed or was cancelled.
 
     code = follow_job(svc, "ftjob-...", console)            # from the first event
@@ -11,7 +11,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from lcsb_client.render import FollowDisplay, job_error, print_error
+from lcsb_client.progress import FollowDisplay
+from lcsb_client.render import job_error, print_error
 from lcsb_client.service import Service
 from lcsb_client.sse import EventFollower
 

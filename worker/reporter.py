@@ -34,7 +34,7 @@ from lcsb_service.storage import Storage
 log = logging.getLogger(__name__)
 
 # Seconds between an evaluation's progress events: under the 30 s of silence that `lcsb jobs follow`
-# allows between its progress lines (lcsb_client.render.FollowDisplay.line_every_s).
+# allows between its progress lines (lcsb_client.progress.FollowDisplay.line_every_s).
 EVAL_PROGRESS_EVERY_S = 20.0
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from rich.console import Console
 
-from lcsb_client.render import FollowDisplay, StepRate, progress_line
+from lcsb_client.progress import FollowDisplay, StepRate, progress_line
 from tests.client.helpers import step_data
 
 T0 = 1_800_000_000  # Unix seconds of the first step event

@@ -55,7 +55,8 @@ print(f"  time             {summary['train_seconds']:.0f} s training, {time.time
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
 ref = json.load(open("bench/results/main_job/full_reference_summary.json"))
 print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}, peak {ref['peak_memory_mib']:.0f} MiB on this same job "
-      "(a recorded reference from before the worker's jemalloc, which lowers peaks: BENCHMARKS.md 1h; not run now)")
+      "(a recorded reference from before the worker's jemalloc, which lowers peaks: "
+      "BENCHMARKS.md, 'jemalloc in the training process'; not run now)")
 print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "
       "runs/main-job/metrics.csv, runs/main-job/plots/")
 PY

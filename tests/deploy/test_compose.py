@@ -1,5 +1,5 @@
 """docker-compose.yml describes the production shape (no Docker engine here: the file is checked by
-its structure; `docker-compose config` (compose 1.29) also accepts it, see README)."""
+its structure; `docker-compose config` (compose 1.29) also accepts it, see docs/service.md)."""
 
 from pathlib import Path
 

@@ -94,7 +94,7 @@ def test_job_page_retries_after_503s_and_resumes_a_cut_stream_with_every_event_o
                 assert after.at >= retry_after_s(before), (path, before, after)
     polls = proxy.hits(job_path)
     assert [h.status for h in polls[:3]] == [503, 503, 200]
-    assert 2.0 <= polls[1].at - polls[0].at < 2.6 and 2.0 <= polls[2].at - polls[1].at < 2.6
+    assert 2.0 <= polls[1].at - polls[0].at < 3.0 and 2.0 <= polls[2].at - polls[1].at < 3.0
     seen = states(pui.js("return window.statusLog"))
     assert "Reconnected" in seen and seen[-1] == ""
     after_cut = seen[seen.index("Reconnected") + 1:]
@@ -117,7 +117,7 @@ def test_jobs_list_backs_off_exponentially_and_keeps_polling(pui, proxy, alice, 
     hits = proxy.hits(JOBS)
     assert [h.status for h in hits[:4]] == [503, 429, 502, 200]
     gaps = [b.at - a.at for a, b in zip(hits, hits[1:4], strict=False)]
-    assert 1.0 <= gaps[0] < 1.6 and 2.0 <= gaps[1] < 2.6  # Retry-After, above the backoff's 0.5-1 and 1-2 s
+    assert 1.0 <= gaps[0] < 2.0 and 2.0 <= gaps[1] < 3.0  # Retry-After, above the backoff's 0.5-1 and 1-2 s
     assert 2.0 <= gaps[2] <= 4.5  # no Retry-After: the third step of the backoff, 2-4 s
     seen = states(pui.js("return window.statusLog"))
     assert "Updates delayed: the server answered HTTP 502" in seen and seen[-2:] == ["Reconnected", ""], seen

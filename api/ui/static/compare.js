@@ -2,7 +2,7 @@
    each job's training started (read from each job's metrics events). `?jobs=id1,id2` in the URL. */
 "use strict";
 (function () {
-  const { api, listAll, el, fmtNum, fmtDuration } = LCSB;
+  const { apiRetrying, listAll, el, fmtNum, fmtDuration } = LCSB;
 
   function label(j) {
     const lcsb = (j.method || {}).lcsb || {};
@@ -10,7 +10,7 @@
   }
 
   async function curves(id) {
-    const evs = await listAll("/v1/fine_tuning/jobs/" + encodeURIComponent(id) + "/events");
+    const evs = await listAll("/v1/fine_tuning/jobs/" + encodeURIComponent(id) + "/events", 50, "events " + id);
     const events = evs.data.slice().reverse();  // the API pages newest first
     let t0 = null, trainEnd = null;
     const byStep = [], byTime = [];
@@ -29,7 +29,7 @@
   async function compare(ids) {
     const jobs = [];
     for (const id of ids) {
-      const r = await api("/v1/fine_tuning/jobs/" + encodeURIComponent(id));
+      const r = await apiRetrying("/v1/fine_tuning/jobs/" + encodeURIComponent(id), undefined, "job " + id);
       if (!r.ok) { LCSB.setText("compare-error", "No such fine-tuning job: " + id); return; }
       jobs.push(Object.assign(r.body, await curves(id)));
     }
@@ -52,7 +52,7 @@
   }
 
   async function picker(selected) {
-    const r = await listAll("/v1/fine_tuning/jobs", 3);
+    const r = await listAll("/v1/fine_tuning/jobs", 3, "jobs");
     const ul = document.getElementById("compare-picker");
     ul.replaceChildren(...r.data.map((j) => el("li", {}, el("label", {},
       el("input", { type: "checkbox", value: j.id, checked: selected.includes(j.id) }), " ", label(j), " · ", j.status))));

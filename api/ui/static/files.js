@@ -43,7 +43,7 @@
   }
 
   async function refresh() {
-    const r = await listAll("/v1/files", 5);
+    const r = await listAll("/v1/files", 5, "files");
     const tbody = document.querySelector("#files-table tbody");
     tbody.replaceChildren();
     for (const f of r.data) {

@@ -2,13 +2,25 @@
    selection heatmap), memory, downloads, and cancel with an in-page confirmation. */
 "use strict";
 (function () {
-  const { api, listAll, el, setText, fmtDuration, fmtNum, fmtBytes, TERMINAL } = LCSB;
+  const { apiRetrying, listAll, el, setText, fmtDuration, fmtNum, fmtBytes, TERMINAL } = LCSB;
   const jobId = document.body.dataset.jobId;
   const base = "/v1/fine_tuning/jobs/" + encodeURIComponent(jobId);
   const train = [], evalLoss = [], trainT = [], evalT = [];
-  let t0 = null, job = null, charts = null, heat = null, stream = null;
+  let t0 = null, job = null, charts = null, heat = null, stream = null, stopped = false;
 
-  function notFound() { document.getElementById("not-found").hidden = false; }
+  function notFound() {
+    document.getElementById("not-found").hidden = false;
+    document.getElementById("job").hidden = true;
+    if (stream) stream.stop();
+    stopped = true;
+  }
+
+  /* A final error answer (not retried): 404 shows the not-found message, anything else a notice. */
+  function finalError(what, r) {
+    if (r.status === 404) { notFound(); return; }
+    if (r.status === 401) return;  // api() is already on its way to the sign-in page
+    LCSB.alertBox(what + " stopped: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
+  }
 
   function renderJob(j) {
     job = j;
@@ -89,14 +101,14 @@
   }
 
   async function loadDownloads() {
-    const arts = await api(base + "/artifacts");
+    const arts = await apiRetrying(base + "/artifacts", undefined, "artifacts");
     const ul = document.getElementById("artifacts");
     if (arts.ok && arts.body.data.length) {
       loadRunFiles(arts.body.data);
       ul.replaceChildren(...arts.body.data.map((a) => el("li", {},
         LCSB.downloadLink(a.download_url, jobId + "-" + a.name.split("/").pop(), a.name), " ", el("span", { class: "muted" }, fmtBytes(a.bytes)))));
     }
-    const cps = await listAll(base + "/checkpoints", 5);
+    const cps = await listAll(base + "/checkpoints", 5, "checkpoints");
     const cl = document.getElementById("checkpoints");
     if (cps.ok && cps.data.length) {
       cl.replaceChildren(...cps.data.map((c) => el("li", {},
@@ -105,10 +117,14 @@
     }
   }
 
+  /* The job object every 2 s while it runs (each request retried as apiRetrying does). */
   async function poll() {
-    const r = await api(base);
-    if (r.ok) renderJob(r.body);
-    if (r.ok && !TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
+    if (stopped) return;
+    const r = await apiRetrying(base, undefined, "job");
+    if (stopped) return;
+    if (!r.ok) { finalError("Updates", r); return; }
+    renderJob(r.body);
+    if (!TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
   }
 
   function bindCancel() {
@@ -116,7 +132,7 @@
     document.getElementById("cancel-button").addEventListener("click", () => dialog.showModal());
     dialog.addEventListener("close", async () => {
       if (dialog.returnValue !== "yes") return;
-      const r = await api(base + "/cancel", { method: "POST" });
+      const r = await LCSB.api(base + "/cancel", { method: "POST" });
       if (r.ok) renderJob(r.body);
       else LCSB.alertBox("Cancel failed: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
     });
@@ -124,13 +140,13 @@
 
   async function start() {
     if (!jobId) { notFound(); return; }
-    const r = await api(base);
-    if (!r.ok) { notFound(); return; }
+    const r = await apiRetrying(base, undefined, "job");
+    if (!r.ok) { if (r.status !== 401) notFound(); return; }
     document.getElementById("job").hidden = false;
     charts = { step: LCSBCharts.lineChart(document.getElementById("chart-step"), "step", ["train loss", "eval loss"]),
                time: LCSBCharts.lineChart(document.getElementById("chart-time"), "seconds", ["train loss", "eval loss"]) };
     heat = LCSBCharts.heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-caption"));
-    const models = await api("/v1/models");
+    const models = await apiRetrying("/v1/models", undefined, "models");
     const info = models.ok ? models.body.data.find((m) => m.id === r.body.model) : null;
     heat.setShape(info ? info.num_layers : 0, (r.body.progress || {}).total_steps);
     renderJob(r.body);
@@ -138,11 +154,11 @@
     loadDownloads();
     if (!TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
     stream = LCSB.streamEvents(jobId, onEvent, async () => {
-      const final = await api(base);
+      const final = await apiRetrying(base, undefined, "job");
       if (final.ok) renderJob(final.body);
       loadDownloads();
       document.body.dataset.streamDone = "true";
-    });
+    }, (status, body) => finalError("Events", { status: status, body: body }));
   }
   start();
 })();

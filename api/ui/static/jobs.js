@@ -1,4 +1,5 @@
-/* Jobs: the caller's jobs (newest first), filtered by status, refreshed every 3 s. */
+/* Jobs: the caller's jobs (newest first), filtered by status, refreshed 3 s after each refresh ends
+   (each request retried as LCSB.apiRetrying does). */
 "use strict";
 (function () {
   const { listAll, el, fmtTime } = LCSB;
@@ -13,8 +14,8 @@
   }
 
   async function refresh() {
-    const r = await listAll("/v1/fine_tuning/jobs", 5);
-    if (!r.ok) return;
+    const r = await listAll("/v1/fine_tuning/jobs", 5, "jobs");
+    if (!r.ok) { LCSB.setText("jobs-updated", "not updated: HTTP " + r.status); return; }
     const shown = r.data.filter((j) => !filter.value || j.status === filter.value);
     const tbody = document.querySelector("#jobs-table tbody");
     tbody.replaceChildren(...shown.map((j) => el("tr", { dataset: { jobId: j.id, status: j.status } },
@@ -32,6 +33,9 @@
     history.replaceState(null, "", filter.value ? "?status=" + encodeURIComponent(filter.value) : location.pathname);
     refresh();
   });
-  refresh();
-  setInterval(() => { if (!document.hidden) refresh(); }, 3000);
+  async function loop() {
+    if (!document.hidden) await refresh();
+    setTimeout(loop, 3000);
+  }
+  loop();
 })();

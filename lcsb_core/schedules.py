@@ -1,7 +1,9 @@
 """Layer-selection schedules: which decoder layers are trained (their LoRA parameters get gradients) at
 each optimizer step, and what happens to the others. The one place that says what a schedule name means.
 
-A schedule is a small pure object (no torch): `layers_for_step(step) -> frozenset[int]` with 0-based
+A schedule is a small object (no torch) of the type `Schedule` (a runtime-checkable protocol; every
+class derives its shared members from `BaseSchedule`: the pure ones as frozen `PureSchedule`
+dataclasses, `importance` as a mutable one): `layers_for_step(step) -> frozenset[int]` with 0-based
 decoder-layer indices (0 = nearest the embeddings), the same answer for the same (step, seed) every
 time, so a resumed run selects exactly what an uninterrupted one would. Each class also states its
 facts, which the trainer, the memory estimate and the service read instead of comparing names:
@@ -16,6 +18,11 @@ facts, which the trainer, the memory estimate and the service read instead of co
   top; below the lowest trained layer nothing requires grad, so autograd records nothing there.
 - `cycle_length`: steps after which the selection pattern repeats (every layer reached once, for the
   cycling schedules); benchmarks read schedules at whole cycles.
+- `full_every`: steps between full backward passes (`topfull`), None for every other schedule.
+
+The rules of the schedule fields' own values are stated once, here (`check_schedule`,
+`check_k_or_fraction`, `check_full_every`), and applied by `LCSBSettings` and `make_schedule`; the
+defaults live here too (`DEFAULT_FRACTION`, `DEFAULT_FULL_EVERY`, `DEFAULT_REFRESH_EVERY`).
 
 The schedules (L decoder layers, k per step):
 

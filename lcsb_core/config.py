@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import SCHEDULES, check_full_every, schedule_takes
+from lcsb_core.schedules import (
+    DEFAULT_FRACTION,
+    DEFAULT_REFRESH_EVERY,
+    check_full_every,
+    check_k_or_fraction,
+    check_schedule,
+    schedule_takes,
+)
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -64,12 +71,16 @@ class LoraSettings:
 @dataclass
 class LCSBSettings:
     """Selective backprop: `schedule` (one of `lcsb_core.schedules.SCHEDULES`, whose module docstring
-    says what each means), `k` layers per step or `fraction` of the decoder layers (default a quarter;
-    `full` uses all), `full_every` (`topfull` only: a full backward every N-th step; None: 4, the default
-    `lcsb_core.schedules.DEFAULT_FULL_EVERY`), `momentum_for_skipped`
+    says what each means), `k` layers per step or `fraction` of the decoder layers (neither:
+    `lcsb_core.schedules.DEFAULT_FRACTION`, a quarter; `full` uses all), `full_every` (`topfull` only: a
+    full backward every N-th step; None: `lcsb_core.schedules.DEFAULT_FULL_EVERY`), `momentum_for_skipped`
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
-    `importance_refresh_every` (steps between full-backward probes of the importance schedule)."""
+    `importance_refresh_every` (steps between full-backward probes of the importance schedule).
+
+    The core's one check of these fields' own values (the rules themselves are stated once, in
+    `lcsb_core.schedules`); `k` against the model's layers is checked when the schedule is resolved
+    (`schedules.schedule_for`), `full_every` against `max_steps` by `TrainConfig.check_honoured`."""
 
     schedule: str = "topfull"  # chosen by the rule of BENCHMARKS.md section 6 (issue 11)
     k: int | None = None
@@ -77,18 +88,13 @@ class LCSBSettings:
     full_every: int | None = None
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
-    importance_refresh_every: int = 10
+    importance_refresh_every: int = DEFAULT_REFRESH_EVERY
 
     def __post_init__(self) -> None:
-        _check(self.schedule in SCHEDULES, "lcsb.schedule",
-               f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        _check(self.k is None or self.fraction is None, "lcsb", "give `k` or `fraction`, not both")
+        check_schedule(self.schedule)
+        check_k_or_fraction(self.k, self.fraction)
         if self.k is None and self.fraction is None:
-            self.fraction = 0.25
-        _check(self.k is None or (isinstance(self.k, int) and self.k >= 1), "lcsb.k",
-               f"must be an integer >= 1, got {self.k!r}")
-        _check(self.fraction is None or 0 < self.fraction <= 1, "lcsb.fraction",
-               f"must be in (0, 1], got {self.fraction!r}")
+            self.fraction = DEFAULT_FRACTION
         _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
         if self.full_every is not None:
             check_full_every(self.full_every)

@@ -85,20 +85,23 @@ class MemoryEstimate:
         return {**asdict(self), "training_mib": round(self.training_mib, 1), "total_mib": round(self.total_mib, 1)}
 
 
-def estimate_peak_mib(model_config: dict, *, quantization: str = "nf4", lora_rank: int = 16,
-                      target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                         "up_proj", "down_proj"),
-                      batch_size: int = 4, seq_len: int = 256, backprop_layers: int | None = None,
-                      gradient_checkpointing: bool = False, device: str = "cpu",
-                      checkpoint_bytes: int = 0, compute_dtype: str | None = None) -> MemoryEstimate:
+def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, target_modules: tuple[str, ...],
+                      batch_size: int, seq_len: int, backprop_layers: int | None, gradient_checkpointing: bool,
+                      device: str, checkpoint_bytes: int = 0, compute_dtype: str | None = None) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
+    The job's settings have no defaults here: `estimate_for` reads them from a `TrainConfig`, whose
+    dataclasses are their one home.
 
     Args:
         model_config: the model's config.json as a dict (hidden_size, intermediate_size,
             num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size, tie_word_embeddings).
+        quantization, lora_rank, target_modules, batch_size, gradient_checkpointing: as in `TrainConfig`
+            (`model.quantization`, `lora.rank`, `lora.target_modules`, `batch_size`,
+            `lcsb.gradient_checkpointing`).
         backprop_layers: the most decoder layers one step back-propagates, whose activations it keeps
             (`Schedule.max_backprop_layers()`); None means all L (full backprop).
         seq_len: tokens per example after truncation (the job's max_seq_len is the safe bound).
+        device: `cpu` or `cuda[:N]` (the runtime baseline; with `compute_dtype` None, the assumed dtype).
         checkpoint_bytes: size of the model's weight files (0: loading not modelled).
         compute_dtype: `bf16` or `fp32`, what an NF4 base computes in (`lcsb_core.models.quantization.
             compute_dtype`); None: `assumed_compute_dtype(device)`. fp32 doubles the non-quantized

@@ -1,7 +1,9 @@
 """Layer-selection schedules: which decoder layers are trained (their LoRA parameters get gradients) at
 each optimizer step, and what happens to the others. The one place that says what a schedule name means.
 
-A schedule is a small pure object (no torch): `layers_for_step(step) -> frozenset[int]` with 0-based
+A schedule is a small object (no torch) of the type `Schedule` (a runtime-checkable protocol; every
+class derives its shared members from `BaseSchedule`: the pure ones as frozen `PureSchedule`
+dataclasses, `importance` as a mutable one): `layers_for_step(step) -> frozenset[int]` with 0-based
 decoder-layer indices (0 = nearest the embeddings), the same answer for the same (step, seed) every
 time, so a resumed run selects exactly what an uninterrupted one would. Each class also states its
 facts, which the trainer, the memory estimate and the service read instead of comparing names:
@@ -16,6 +18,11 @@ facts, which the trainer, the memory estimate and the service read instead of co
   top; below the lowest trained layer nothing requires grad, so autograd records nothing there.
 - `cycle_length`: steps after which the selection pattern repeats (every layer reached once, for the
   cycling schedules); benchmarks read schedules at whole cycles.
+- `full_every`: steps between full backward passes (`topfull`), None for every other schedule.
+
+The rules of the schedule fields' own values are stated once, here (`check_schedule`,
+`check_k_or_fraction`, `check_full_every`), and applied by `LCSBSettings` and `make_schedule`; the
+defaults live here too (`DEFAULT_FRACTION`, `DEFAULT_FULL_EVERY`, `DEFAULT_REFRESH_EVERY`).
 
 The schedules (L decoder layers, k per step):
 
@@ -37,42 +44,156 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from lcsb_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lcsb_core.config import LCSBSettings
 
 DEFAULT_FULL_EVERY = 4
 """`topfull`'s default: a full backward every 4th step. Chosen by the decision grid (BENCHMARKS.md
 section 6): N = 2 recovered more of full backprop's gain per step but is only 1.26x faster per step than
 full backprop on the CPU, under the product's 1.35x rule; N = 4 is 1.44x faster."""
+DEFAULT_FRACTION = 0.25
+"""Layers per step when neither `k` nor `fraction` is given: a quarter of the decoder layers (the paper's
+k = L/4); `LCSBSettings` and `make_schedule` both apply it."""
+DEFAULT_REFRESH_EVERY = 10
+"""`importance`'s steps between full-backward probes (`LCSBSettings.importance_refresh_every`)."""
+
+
+@runtime_checkable
+class Schedule(Protocol):
+    """What the trainer, the memory estimate and the service read from a schedule (this module's
+    docstring says what each member means). Every class `make_schedule` builds satisfies it; the members
+    are read-only here, whether a class holds them as fields, class constants or properties."""
+
+    @property
+    def name(self) -> str:
+        """The schedule's name, one of `SCHEDULES`."""
+        ...
+
+    @property
+    def num_layers(self) -> int:
+        """L, the model's decoder layers."""
+        ...
+
+    @property
+    def k(self) -> int:
+        """Layers trained per step (L for `full`)."""
+        ...
+
+    @property
+    def identity_skip(self) -> bool:
+        """True: untrained layers above a trained one are the identity in backward (surrogate gradient)."""
+        ...
+
+    @property
+    def uses_k(self) -> bool:
+        """False where `k` / `fraction` have no effect (`full`)."""
+        ...
+
+    @property
+    def full_every(self) -> int | None:
+        """Steps between full backward passes (`topfull`); None for schedules without them."""
+        ...
+
+    @property
+    def cycle_length(self) -> int:
+        """Steps after which the selection pattern repeats."""
+        ...
+
+    @property
+    def keeps_all_activations(self) -> bool:
+        """True when some step back-propagates every layer."""
+        ...
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        """The 0-based decoder layers trained at 0-based optimizer step `step`."""
+        ...
+
+    def backprop_layers(self, step: int) -> frozenset[int]:
+        """The layers whose backward runs at `step`."""
+        ...
+
+    def max_backprop_layers(self) -> int:
+        """The most layers any step back-propagates."""
+        ...
+
+    def needs_probe(self, step: int) -> bool:
+        """True when the trainer must report every layer's gradient norm after `step` (`observe`)."""
+        ...
+
+    def observe(self, grad_norms: dict[int, float]) -> None:
+        """Per-layer LoRA gradient norms (layer index -> L2 norm) of a probe step."""
+        ...
+
+    def state_dict(self) -> dict | None:
+        """What a checkpoint must store to resume the schedule; None for a pure schedule."""
+        ...
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore `state_dict()`'s output."""
+        ...
+
+    def describe(self) -> str:
+        """One line for people: what trains per step."""
+        ...
+
+
+def check_schedule(name: str) -> None:
+    """The one check of a schedule name.
+
+    Raises:
+        ConfigError: `name` is not one of `SCHEDULES` (the message lists them), naming `lcsb.schedule`.
+    """
+    if name not in _CLASSES:
+        raise ConfigError("lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}, got {name!r}")
+
+
+def check_k_or_fraction(k: int | None, fraction: float | None) -> None:
+    """The one check of `k` and `fraction` on their own (the model's layer count bounds `k` later, in
+    `resolve_k`): not both; `k` an integer >= 1; `fraction` in (0, 1]. Either or both may be None.
+
+    Raises:
+        ConfigError: naming `lcsb` (both given), `lcsb.k` or `lcsb.fraction`.
+    """
+    if k is not None and fraction is not None:
+        raise ConfigError("lcsb", "give `k` or `fraction`, not both")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ConfigError("lcsb.k", f"must be an integer >= 1, got {k!r}")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ConfigError("lcsb.fraction", f"must be in (0, 1], got {fraction!r}")
 
 
 def resolve_k(num_layers: int, k: int | None = None, fraction: float | None = None) -> int:
     """Layers per step from an absolute `k` or a `fraction` of `num_layers` (rounded, at least 1).
 
     Raises:
-        ConfigError: both or neither given, or the value is out of range; the message names `k` or
-            `fraction`.
+        ConfigError: both or neither given, a value out of range (`check_k_or_fraction`), or `k` above
+            `num_layers`; the message names `lcsb.k` or `lcsb.fraction`.
     """
-    if (k is None) == (fraction is None):
-        raise ConfigError("lcsb.k", "give exactly one of {lcsb.k} (layers per step) or {lcsb.fraction}",
-                          mentions=("lcsb.k", "lcsb.fraction"))
+    check_k_or_fraction(k, fraction)
     if k is not None:
-        if not 1 <= k <= num_layers:
+        if k > num_layers:
             raise ConfigError("lcsb.k", f"must be in [1, {num_layers}] (the model's decoder layers), got {k}")
         return int(k)
-    assert fraction is not None  # exactly one of the two is given (checked above)
-    if not 0.0 < fraction <= 1.0:
-        raise ConfigError("lcsb.fraction", f"must be in (0, 1], got {fraction}")
+    if fraction is None:
+        raise ConfigError("lcsb.k", "give exactly one of {lcsb.k} (layers per step) or {lcsb.fraction}",
+                          mentions=("lcsb.k", "lcsb.fraction"))
     return max(1, min(num_layers, round(fraction * num_layers)))
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """Base of every schedule: `num_layers` (L) decoder layers, `k` trained per step (L for `full`)."""
+class BaseSchedule:
+    """What every schedule class shares: the derived facts (`backprop_layers`, `max_backprop_layers`,
+    `keeps_all_activations`, `describe`) and the stateless defaults of the probe/state members. A
+    subclass is a dataclass with the fields `num_layers` (L) and `k`, and sets `name` and
+    `layers_for_step`. A plain class, not a dataclass, so frozen (pure) and mutable (`importance`)
+    schedules can both derive from it."""
 
     num_layers: int
     k: int
@@ -83,11 +204,17 @@ class Schedule:
     """False where `k` / `fraction` have no effect (`full` trains every layer)."""
 
     @property
+    def full_every(self) -> int | None:
+        """Steps between full backward passes; None: this schedule has none (`topfull` overrides it)."""
+        return None
+
+    @property
     def cycle_length(self) -> int:
         """Steps per cycle over all layers, ceil(L/k)."""
         return math.ceil(self.num_layers / self.k)
 
     def layers_for_step(self, step: int) -> frozenset[int]:
+        """The 0-based decoder layers trained at 0-based optimizer step `step`."""
         raise NotImplementedError
 
     def backprop_layers(self, step: int) -> frozenset[int]:
@@ -131,7 +258,15 @@ class Schedule:
 
 
 @dataclass(frozen=True)
-class CyclicSchedule(Schedule):
+class PureSchedule(BaseSchedule):
+    """A stateless schedule: its selection is a function of the step (and its fields) alone."""
+
+    num_layers: int
+    k: int
+
+
+@dataclass(frozen=True)
+class CyclicSchedule(PureSchedule):
     """The paper's default: layers split into `ceil(L/k)` contiguous blocks; step `t` trains block
     `t mod ceil(L/k)` (the last block may be shorter); layers above the block are identity-skipped.
     Contiguous blocks rather than stride order: the gradient of a contiguous block passes through no
@@ -157,7 +292,7 @@ class FreezeSchedule(CyclicSchedule):
 
 
 @dataclass(frozen=True)
-class RandomSchedule(Schedule):
+class RandomSchedule(PureSchedule):
     """The paper's random variant: `k` layers drawn uniformly without replacement at each step, from a
     generator seeded by `(seed, step)` so any step's answer is reproducible on its own (resume-safe).
     Unselected layers are identity-skipped."""
@@ -171,9 +306,8 @@ class RandomSchedule(Schedule):
         return frozenset(rng.sample(range(self.num_layers), self.k))
 
 
-
 @dataclass(frozen=True)
-class FullSchedule(Schedule):
+class FullSchedule(PureSchedule):
     """All layers every step: plain LoRA back-propagation, the baseline (k = L)."""
 
     name: ClassVar[str] = "full"
@@ -187,7 +321,7 @@ class FullSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class TopSchedule(Schedule):
+class TopSchedule(PureSchedule):
     """The top `k` decoder layers (nearest the LM head) every step, with their exact gradient; the
     backward stops below them, so a step costs a forward plus k layers' backward. Layers below never
     train (their LoRA B stays at its zero init)."""
@@ -203,7 +337,7 @@ class TopSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class TopFullSchedule(Schedule):
+class TopFullSchedule(PureSchedule):
     """`top` on most steps and a full backward (all L layers, exact) on every `full_every`-th step
     (1-based steps N, 2N, ...), so every layer trains once per `full_every` steps. Average backward
     work per step: (k (N-1) + L) / N layers."""
@@ -229,7 +363,7 @@ class TopFullSchedule(Schedule):
 
 
 @dataclass(frozen=True)
-class TailSchedule(Schedule):
+class TailSchedule(PureSchedule):
     """Every layer above a cut trains; the cut moves down by `k` layers each step and wraps, from the
     top down: step t trains layers [max(0, L - (t mod c + 1) k), L) with c = ceil(L/k), so the whole
     model is reached in c steps (the last step of a cycle is a full step). A step back-propagates what
@@ -247,30 +381,31 @@ class TailSchedule(Schedule):
 
 
 @dataclass
-class ImportanceSchedule:
+class ImportanceSchedule(BaseSchedule):
     """Importance-based selection (the paper's comparison): every `refresh_every` steps the trainer
     runs one full backward (`needs_probe(step)` is True) and reports per-layer LoRA gradient norms
     via `observe`; the following steps train the `k` layers with the largest norms, identity-skipping
     the others. Until the first probe it behaves like the cyclic schedule. The probe costs a full
     backward, which is why this schedule is slower per step on average; the benchmark measures it.
 
-    It holds state (the last scores), so it is resumed from `state_dict()`."""
+    It holds state (the last scores), so it is mutable (not a `PureSchedule`) and resumed from
+    `state_dict()`."""
 
     num_layers: int
     k: int
-    refresh_every: int = 10
+    refresh_every: int = DEFAULT_REFRESH_EVERY
     scores: dict[int, float] = field(default_factory=dict)
 
     name: ClassVar[str] = "importance"
     identity_skip: ClassVar[bool] = True
-    uses_k: ClassVar[bool] = True
-    cycle_length = property(lambda self: self.refresh_every)
-    max_backprop_layers = Schedule.max_backprop_layers
-    backprop_layers = Schedule.backprop_layers
-    keeps_all_activations = Schedule.keeps_all_activations
-    describe = Schedule.describe
+
+    @property
+    def cycle_length(self) -> int:
+        """Steps between probes: the selection may change after each."""
+        return self.refresh_every
 
     def needs_probe(self, step: int) -> bool:
+        """True every `refresh_every` steps, from step 0."""
         return step % self.refresh_every == 0
 
     def observe(self, grad_norms: dict[int, float]) -> None:
@@ -278,6 +413,7 @@ class ImportanceSchedule:
         self.scores = {int(i): float(v) for i, v in grad_norms.items()}
 
     def layers_for_step(self, step: int) -> frozenset[int]:
+        """All layers at a probe step; else the `k` highest-scored (cyclic blocks before the first probe)."""
         if self.needs_probe(step):
             return frozenset(range(self.num_layers))
         if not self.scores:
@@ -286,14 +422,17 @@ class ImportanceSchedule:
         return frozenset(ranked[: self.k])
 
     def state_dict(self) -> dict:
+        """The last probe's scores, with string keys (JSON-safe)."""
         return {"scores": {str(i): v for i, v in self.scores.items()}}
 
     def load_state_dict(self, state: dict | None) -> None:
+        """Restore the scores of `state_dict()` (None: no probe yet)."""
         self.observe({int(i): v for i, v in (state or {}).get("scores", {}).items()})
 
 
-_CLASSES: dict[str, Any] = {c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule,
-                                                 TopSchedule, TopFullSchedule, TailSchedule, FullSchedule)}
+_CLASSES: dict[str, type[PureSchedule] | type[ImportanceSchedule]] = {
+    c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule, TopSchedule,
+                        TopFullSchedule, TailSchedule, FullSchedule)}
 SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
 """Every schedule name, in the order the docs list them."""
 EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if not c.identity_skip)
@@ -302,8 +441,6 @@ EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items()
 def schedule_takes(option: str, name: str) -> bool:
     """True when schedule `name` has the option `option` (a dataclass field such as `full_every`);
     False for unknown names."""
-    import dataclasses
-
     cls = _CLASSES.get(name)
     return cls is not None and option in {f.name for f in dataclasses.fields(cls)}
 
@@ -316,8 +453,9 @@ def full_every_for(name: str, full_every: int | None) -> int | None:
     return DEFAULT_FULL_EVERY if full_every is None else full_every
 
 
-def check_full_every(full_every) -> int:
-    """`full_every` (steps between full backward passes of `topfull`) if it is an integer >= 2.
+def check_full_every(full_every: object) -> int:
+    """The one check of a `full_every` value (steps between full backward passes of `topfull`):
+    returns it if it is an integer >= 2.
 
     Raises:
         ConfigError: otherwise, naming `lcsb.full_every`.
@@ -329,21 +467,22 @@ def check_full_every(full_every) -> int:
 
 
 def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction: float | None = None,
-                  seed: int = 0, refresh_every: int = 10, full_every: int | None = None):
+                  seed: int = 0, refresh_every: int = DEFAULT_REFRESH_EVERY,
+                  full_every: int | None = None) -> Schedule:
     """Build a schedule by name (one of `SCHEDULES`), resolving `k` from `k` or `fraction` (`full` ignores
-    both and uses k = L; with neither given k is a quarter of L; `full_every` None: `DEFAULT_FULL_EVERY`).
+    both and uses k = L; with neither given, `DEFAULT_FRACTION` of L; `full_every` is read by `topfull`
+    only, None: `DEFAULT_FULL_EVERY`).
 
     Raises:
         ConfigError: unknown name (the message lists the valid ones), `k`/`fraction` out of range, or
             `full_every` < 2 (each message names its field).
     """
-    cls = _CLASSES.get(name)
-    if cls is None:
-        raise ConfigError("lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}; got {name!r}")
+    check_schedule(name)
+    cls = _CLASSES[name]
     if cls is FullSchedule:
         return FullSchedule(num_layers, num_layers)
     if k is None and fraction is None:
-        fraction = 0.25
+        fraction = DEFAULT_FRACTION
     k = resolve_k(num_layers, k, fraction)
     if cls is RandomSchedule:
         return RandomSchedule(num_layers, k, seed)
@@ -354,7 +493,7 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
     return cls(num_layers, k)
 
 
-def schedule_for(lcsb, *, num_layers: int, seed: int = 0):
+def schedule_for(lcsb: LCSBSettings, *, num_layers: int, seed: int = 0) -> Schedule:
     """The schedule of an `LCSBSettings` (`lcsb_core.config`) for a model with `num_layers` decoder
     layers: the one way the trainer, the memory estimate and the service resolve a job's schedule.
 

@@ -264,7 +264,7 @@ class Trainer:
     def _model_facts(self) -> dict:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,
                 "schedule_description": self.schedule.describe(),
-                "full_every": getattr(self.schedule, "full_every", None), "device": str(self.device),
+                "full_every": self.schedule.full_every, "device": str(self.device),
                 "torch_threads": torch.get_num_threads(),
                 "c_allocator": c_allocator() if self.device.type == "cpu" else None,
                 "lora_parameters": sum(p.numel() for p in self.params),

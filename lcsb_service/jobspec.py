@@ -38,7 +38,7 @@ from typing import Any
 from lcsb_core.config import DataSettings, TrainConfig
 from lcsb_core.errors import ConfigError
 from lcsb_core.memory import estimate_for
-from lcsb_core.schedules import schedule_for
+from lcsb_core.schedules import Schedule, schedule_for
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest, Unprocessable
 from lcsb_service.settings import Settings
@@ -174,7 +174,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
                    memory_estimate=estimate, queue=queue)
 
 
-def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
+def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:
     """`k` / `fraction` with `full` is an error, not a silent no-op (`full_every` on a schedule without
     full steps is refused by the core's `LCSBSettings`).
 
@@ -187,7 +187,7 @@ def _check_schedule_options(given: dict[str, Any], schedule: Any) -> None:
                                               f"{schedule.num_layers} layers every step); remove it")
 
 
-def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str, Any]:
+def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
     """The job's `method` as resolved: OpenAI's `supervised.hyperparameters` plus the LoRA,
     quantization and LCSB settings the trainer will use (`lcsb.layers_per_step` is k resolved, L for
     `full`; `full_every` only for `topfull`)."""
@@ -199,7 +199,7 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str,
                  "target_modules": list(cfg.lora.target_modules)},
         "quantization": cfg.model.quantization,
         "lcsb": {"schedule": cfg.lcsb.schedule, "k": cfg.lcsb.k, "fraction": cfg.lcsb.fraction,
-                 "layers_per_step": schedule.k, "full_every": getattr(schedule, "full_every", None),
+                 "layers_per_step": schedule.k, "full_every": schedule.full_every,
                  "exact_gradient": not schedule.identity_skip, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
@@ -208,7 +208,7 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule) -> dict[str,
     }
 
 
-def route(model: ModelInfo, cfg: TrainConfig, schedule, settings: Settings) -> tuple[dict[str, Any], str]:
+def route(model: ModelInfo, cfg: TrainConfig, schedule: Schedule, settings: Settings) -> tuple[dict[str, Any], str]:
     """The smallest worker class whose memory cap holds the estimated peak x (1 + headroom).
 
     Raises:

@@ -19,7 +19,7 @@ from lcsb_core.config import (
     OptimSettings,
     TrainConfig,
 )
-from lcsb_core.schedules import DEFAULT_FULL_EVERY, SCHEDULES
+from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
@@ -71,9 +71,11 @@ class LoraMethod(BaseModel):
 class LCSBMethod(BaseModel):
     """Selective backprop: the schedule (what each name means: `lcsb_core.schedules`; exact-gradient
     `top`, `topfull`, `tail`, `freeze`, the paper's surrogate-gradient LCSB `cyclic`, `random`,
-    `importance`, and `full`), `k` layers per step or a `fraction` of them (default a quarter),
-    `full_every` (`topfull`: a full backward every N-th step, N >= 2), momentum updates of untrained
-    layers, gradient checkpointing. Unset fields take the trainer's defaults (`lcsb_core.config`)."""
+    `importance`, and `full`), `k` layers per step or a `fraction` of them, `full_every` (`topfull`: a
+    full backward every N-th step, N >= 2), momentum updates of untrained layers, gradient
+    checkpointing. Unset fields take the trainer's defaults (`lcsb_core.config`), which the field
+    descriptions read. This schema checks types and simple bounds (and `k` with `fraction`); the
+    trainer's `LCSBSettings` checks the rest at creation (`lcsb_service.jobspec`)."""
 
     model_config = Strict
     schedule: Literal[SCHEDULES] | None = Field(  # type: ignore[valid-type]
@@ -85,7 +87,8 @@ class LCSBMethod(BaseModel):
     k: int | None = Field(default=None, ge=1, le=1024, description="Layers trained per step, at most the model's "
                           "decoder layers (num_layers in /v1/models); not with fraction, not with schedule full.")
     fraction: float | None = Field(default=None, gt=0, le=1, description="Layers per step as a fraction of the "
-                                   "decoder layers (default 0.25); not with k, not with schedule full.")
+                                   f"decoder layers (default {DEFAULT_FRACTION:g}); not with k, not with schedule "
+                                   "full.")
     full_every: int | None = Field(default=None, ge=2, le=1_000_000, description="topfull only: a full backward "
                                    f"every N-th step (default {DEFAULT_FULL_EVERY}); at most max_steps.")
     momentum_for_skipped: bool | None = Field(default=None, description=(

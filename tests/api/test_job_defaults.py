@@ -4,6 +4,7 @@ descriptions read the trainer's defaults, and a job created without them gets `T
 from __future__ import annotations
 
 from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
+from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
 from tests.api.helpers import job_ok
@@ -17,8 +18,9 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
         "rank": 16, "alpha": 32.0, "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
     assert (m["quantization"], m["lcsb"]["schedule"], m["lcsb"]["fraction"], m["lcsb"]["momentum_for_skipped"],
-            m["lcsb"]["gradient_checkpointing"]) == (ModelSettings.quantization, LCSBSettings.schedule, 0.25,
-                                                     LCSBSettings.momentum_for_skipped, False)
+            m["lcsb"]["gradient_checkpointing"]) == (ModelSettings.quantization, LCSBSettings.schedule,
+                                                     DEFAULT_FRACTION, LCSBSettings.momentum_for_skipped, False)
+    assert DEFAULT_FRACTION == 0.25
     assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
         DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
     assert (hp["warmup_steps"], hp["weight_decay"], hp["lr_schedule"], hp["learning_rate"], hp["batch_size"]) == (
@@ -45,6 +47,11 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
                  "eval_at_start"):
         assert method[name].get("default") is None, name
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
+    lcsb = schemas["LCSBMethod"]["properties"]
+    assert all(p.get("default") is None for p in lcsb.values())
+    assert f"(default {LCSBSettings.schedule})" in lcsb["schedule"]["description"]
+    assert "(default 0.25)" in lcsb["fraction"]["description"]
+    assert f"(default {DEFAULT_FULL_EVERY})" in lcsb["full_every"]["description"]
     assert "(default true); it runs on the base model after the first step" in method["eval_at_start"]["description"]
     assert schemas["JobObject"]["properties"]["status"]["$ref"].endswith("/JobStatus")
     assert schemas["JobStatus"]["enum"] == [s.value for s in JobStatus] == [

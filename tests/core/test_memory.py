@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from lcsb_core.config import LoraSettings
 from lcsb_core.memory import estimate_peak_mib
 from lcsb_core.models.gguf_import import ensure_default_model
 
@@ -65,8 +66,9 @@ def measure_and_estimate(spec) -> tuple[float, float]:
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     config = json.loads((folder / "config.json").read_text())
     est = estimate_peak_mib(config, quantization=spec["quant"], lora_rank=spec["rank"], batch_size=spec["batch"],
-                            seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"],
-                            gradient_checkpointing=spec["ckpt"], compute_dtype=probe["compute_dtype"],
+                            target_modules=LoraSettings.target_modules, seq_len=spec["seq"],
+                            backprop_layers=probe["max_backprop_layers"], gradient_checkpointing=spec["ckpt"],
+                            device="cpu", compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(folder / "model.safetensors").stat().st_size)
     print(spec, "measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())
     return probe["peak_mib"], est.total_mib

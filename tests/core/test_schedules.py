@@ -1,5 +1,7 @@
 """Schedules are pure, seeded objects (no torch)."""
 
+import dataclasses
+
 import pytest
 
 from lcsb_core.config import LCSBSettings
@@ -10,6 +12,7 @@ from lcsb_core.schedules import (
     CyclicSchedule,
     ImportanceSchedule,
     RandomSchedule,
+    Schedule,
     TailSchedule,
     TopFullSchedule,
     TopSchedule,
@@ -186,3 +189,40 @@ def test_pure_schedules_have_the_stateless_protocol_defaults(name):
 def test_keeps_all_activations(name, keeps_all):
     # freeze's first block is layers 0-7, back-propagated through every layer above: a full-depth backward
     assert make_schedule(name, num_layers=30, k=8, seed=0).keeps_all_activations is keeps_all
+
+
+PROTOCOL_MEMBERS = sorted(n for n in vars(Schedule) if not n.startswith("_"))
+
+
+def _owner_of(cls: type, member: str) -> str:
+    """The class that defines `member` for `cls`: a dataclass field of `cls` counts as its own; for a
+    function or property, the class its code was written in (its `__qualname__`), which for a member
+    copied by assignment (`describe = Other.describe`) is the other class."""
+    if member in {f.name for f in dataclasses.fields(cls)}:
+        return cls.__name__
+    holder = next(c for c in cls.__mro__ if member in vars(c))
+    value = vars(holder)[member]
+    code = value.fget if isinstance(value, property) else value
+    return code.__qualname__.split(".")[0] if hasattr(code, "__qualname__") else holder.__name__
+
+
+def test_the_protocol_names_what_the_callers_read():
+    assert {"layers_for_step", "backprop_layers", "max_backprop_layers", "keeps_all_activations", "cycle_length",
+            "identity_skip", "uses_k", "full_every", "k", "num_layers", "name", "needs_probe", "observe",
+            "state_dict", "load_state_dict", "describe"} == set(PROTOCOL_MEMBERS)
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_every_schedule_is_a_schedule_with_its_own_members(name):
+    """Each registered name yields a `Schedule` (runtime check), and every protocol member is defined by
+    the schedule's own class or a class it derives from, never borrowed from an unrelated class."""
+    sched = make_schedule(name, num_layers=30, k=8, seed=1)
+    assert isinstance(sched, Schedule) and sched.name == name
+    lineage = {c.__name__ for c in type(sched).__mro__}
+    borrowed = {m: _owner_of(type(sched), m) for m in PROTOCOL_MEMBERS if _owner_of(type(sched), m) not in lineage}
+    assert borrowed == {}
+
+
+@pytest.mark.parametrize("name, full_every", [(n, 4 if n == "topfull" else None) for n in SCHEDULES])
+def test_full_every_is_a_member_of_every_schedule(name, full_every):
+    assert make_schedule(name, num_layers=30, k=8).full_every == full_every

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lcsb_core.config import TrainConfig
+from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.history import read_history
 from lcsb_core.lora import apply_lora, decoder_layers, lora_parameters_by_layer
@@ -249,8 +249,9 @@ def test_memory_estimate_bounds_a_gemma_jobs_peak(gemma_path):
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(spec)], capture_output=True, text=True, check=True)
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     est = estimate_peak_mib(json.loads((gemma_path / "config.json").read_text()), quantization="nf4",
-                            batch_size=spec["batch"], seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"],
-                            compute_dtype=probe["compute_dtype"],
+                            lora_rank=16, target_modules=LoraSettings.target_modules, batch_size=spec["batch"],
+                            seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"],
+                            gradient_checkpointing=False, device="cpu", compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(gemma_path / "model.safetensors").stat().st_size)
     print("gemma memory: measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())
     assert 0.75 * probe["peak_mib"] <= est.total_mib <= 1.25 * probe["peak_mib"], (probe, est.to_dict())

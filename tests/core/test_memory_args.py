@@ -1,0 +1,30 @@
+"""`estimate_peak_mib` keeps no defaults of a job's settings (they drifted: `seq_len=256` against the
+trainer's 512): `TrainConfig` is their one home and `estimate_for` maps a config to the call. Pure
+Python, no model (the estimate's accuracy is tests/core/test_memory.py's)."""
+
+from __future__ import annotations
+
+import inspect
+
+from lcsb_core.config import TrainConfig
+from lcsb_core.memory import estimate_for, estimate_peak_mib
+
+SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+
+
+def test_the_job_settings_are_required_keywords():
+    params = inspect.signature(estimate_peak_mib).parameters
+    settings = ("quantization", "lora_rank", "target_modules", "batch_size", "seq_len", "backprop_layers",
+                "gradient_checkpointing", "device")
+    assert {n: params[n].default for n in settings if params[n].default is not inspect.Parameter.empty} == {}
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in settings)
+
+
+def test_estimate_for_reads_the_configs_sequence_length():
+    """Token-proportional terms follow `data.max_seq_len` (default 512): twice those at 256."""
+    cfg = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}})
+    short = TrainConfig.from_dict({"data": {"train_file": "x.jsonl", "max_seq_len": 256}})
+    a, b = (estimate_for(c, SMOLLM2, device="cpu") for c in (cfg, short))
+    assert cfg.data.max_seq_len == 512
+    assert (a.activations_mib, a.transient_mib) == (2 * b.activations_mib, 2 * b.transient_mib)

@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import Depends, FastAPI
 
-from api import errors, ui
+from api import errors, log_redaction, ui
 from api.admission import AdmissionLimit
 from api.metrics import MetricsMiddleware, ServiceMetrics
 from api.query import reject_unknown_query
@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
     """Build the app: settings (validated now: a default secret outside development refuses to
     start), database, storage, enqueuer, metrics, routes and error handlers."""
     settings = settings or Settings()
+    log_redaction.install()  # uvicorn's access log: no API key from a query string
     app = FastAPI(title="LCSB fine-tuning service", version="0.1.0",
                   description="OpenAI-compatible files and fine-tuning jobs, trained with Layer-Cyclic "
                               "Selective Backpropagation (arXiv 2602.13073).",

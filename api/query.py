@@ -2,7 +2,8 @@
 otherwise list every job, and `?order=asc` newest first. `reject_unknown_query` is a dependency of every
 `/v1` router (`api.main`); it answers 400 `unknown_parameter` naming the parameter and the ones the route
 takes. A route that reads parameters beyond its declared ones from the request (the jobs list's
-`metadata[<key>]`) names them with `takes_query`.
+`metadata[<key>]`) names them with `takes_query`. A request without an `Authorization` header is left
+to authentication (401 "send 'Authorization: Bearer <key>'"), the answer a key sent as `?api_key=` needs.
 
     @router.get("")
     @takes_query(re.compile("metadata"), "metadata[<key>]")     # matched at the name's start
@@ -65,8 +66,8 @@ async def reject_unknown_query(request: Request) -> None:
         InvalidRequest: code `unknown_parameter`, `param` the first unknown name.
     """
     route = request.scope.get("route")
-    if route is None:
-        return
+    if route is None or "authorization" not in request.headers:
+        return  # every /v1 route authenticates: its 401 says where a key sent as `?api_key=` belongs
     names, pattern, listed = _takes(route)
     for name in request.query_params:
         if name not in names and not (pattern is not None and pattern.match(name)):

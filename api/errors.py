@@ -1,6 +1,7 @@
 """One place that turns errors into OpenAI error bodies `{"error": {message, type, param, code}}`:
-typed `ServiceError`s, request validation errors (400, `param` is the dotted field path), Starlette's
-HTTP errors (unknown route 404, 405, body limit 413) and anything unexpected (500, logged)."""
+typed `ServiceError`s, request validation errors (400, `param` is the dotted field path), errors of the
+JSON body as a whole (400, code `invalid_request_body`, `param` null; the words are `api.body_errors`),
+Starlette's HTTP errors (unknown route 404, 405, body limit 413) and anything unexpected (500, logged)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.body_errors import BODY_CODE, body_message, parse_failure_message
 from lcsb_core.data.formats import json_type
 from lcsb_service.errors import ServiceError
 
@@ -45,9 +47,14 @@ def _field_path(loc: tuple) -> list[str]:
     return parts
 
 
+_SHOWS_INPUT = {"literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+
+
 def _found(err: dict) -> str:
-    """", found string \"2\"" for a wrong-type error (the type as JSON names it, and the value, short)."""
-    if not (str(err.get("type", "")).endswith("_type") or err.get("type") == "literal_error") or "input" not in err:
+    """", found string \"2\"" for a wrong-type or out-of-range error (the type as JSON names it, and the
+    value, short)."""
+    kind = str(err.get("type", ""))
+    if not (kind.endswith("_type") or kind in _SHOWS_INPUT) or "input" not in err:
         return ""
     value = err["input"]
     if isinstance(value, (dict, list)):
@@ -56,9 +63,12 @@ def _found(err: dict) -> str:
     return f", found {json_type(value)} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)  # registered for it only
     errs = list(exc.errors()) or [{"loc": (), "msg": "invalid request", "type": ""}]
+    whole_body = body_message(errs[0], doc=exc.body, content_type=request.headers.get("content-type"))
+    if whole_body is not None:
+        return error_response(400, whole_body, type="invalid_request_error", code=BODY_CODE)
     path = _field_path(tuple(errs[0].get("loc", ())))
     same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
     param = ".".join(path) or None
@@ -73,6 +83,9 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)  # registered for it only
+    if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body
+        return error_response(400, parse_failure_message(exc.__cause__), type="invalid_request_error",
+                              code=BODY_CODE)
     kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
     return error_response(exc.status_code, str(exc.detail), type=kind, code=_HTTP_CODES.get(exc.status_code),
                           headers=getattr(exc, "headers", None))

@@ -29,12 +29,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
-from api import errors, ui
+from api import errors, log_redaction, ui
 from api.admission import AdmissionLimit
 from api.metrics import MetricsMiddleware, ServiceMetrics
+from api.query import reject_unknown_query
 from api.routes import estimate, events, files, health, jobs, models, outputs
+from api.schemas.common import errors as errors_of
 from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, load_enqueuer
 from lcsb_service.files import sweep_orphan_uploads
@@ -50,6 +52,7 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
     """Build the app: settings (validated now: a default secret outside development refuses to
     start), database, storage, enqueuer, metrics, routes and error handlers."""
     settings = settings or Settings()
+    log_redaction.install()  # uvicorn's access log: no API key from a query string
     app = FastAPI(title="LCSB fine-tuning service", version="0.1.0",
                   description="OpenAI-compatible files and fine-tuning jobs, trained with Layer-Cyclic "
                               "Selective Backpropagation (arXiv 2602.13073).",
@@ -65,9 +68,12 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
                        wait_s=settings.api_queue_timeout_s, retry_after_s=settings.api_retry_after_s)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost: counts the 503s too
     errors.install(app)
-    app.include_router(files.router, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES)
-    for module in (estimate, jobs, events, outputs, models, health):
-        app.include_router(module.router)
+    known_query = [Depends(reject_unknown_query)]  # an unknown query parameter is a 400, never ignored
+    app.include_router(files.router, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
+                       dependencies=known_query, responses=errors_of(400))
+    for module in (estimate, jobs, events, outputs, models):
+        app.include_router(module.router, dependencies=known_query, responses=errors_of(400))
+    app.include_router(health.router)
     ui.install(app)  # the dashboard under /ui: pages that call these /v1 routes
     log.info("LCSB API ready (%s environment, database %s)", settings.environment,
              app.state.db.engine.url.render_as_string(hide_password=True))

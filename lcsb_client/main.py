@@ -15,6 +15,8 @@ commands need `pip install "lcsb-service[train]"`. Without it they are still lis
 from __future__ import annotations
 
 import importlib.util
+import io
+import sys
 
 import typer
 
@@ -56,8 +58,20 @@ else:
         _needs_core(_name)
 
 
+def tolerate_unencodable_output() -> None:
+    """Write `?` for characters stdout/stderr cannot encode instead of raising: a Windows pipe, `LC_ALL=C`
+    or `PYTHONIOENCODING=ascii` cannot encode `données-日本.jsonl`, and a traceback after `files upload`
+    has uploaded would make the user upload it again. The streams' encoding stays as it is (what the
+    terminal or pipe reads); only their error handler changes (`strict`, or `surrogateescape` under the
+    C locale, which fails on any other character)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+            stream.reconfigure(errors="replace")
+
+
 def main() -> None:
     """Entry point of the `lcsb` script."""
+    tolerate_unencodable_output()
     app()
 
 

@@ -47,15 +47,23 @@ def _safe_relative(name: str) -> Path:
     return Path(*pure.parts)
 
 
+def _readable_member(info: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """tarfile's `data` filter, then files 0644 and folders 0755: the weights of an archive published
+    before the service stored public modes (a 0600 safetensors) still extract readable by other users
+    (a serving daemon, a container user)."""
+    info = tarfile.data_filter(info, dest)
+    return info.replace(mode=0o755 if info.isdir() else 0o644, deep=False)
+
+
 def unpack_adapter(archive: Path, dest: Path) -> Path:
     """Unpack an adapter .tar.gz (one top folder: `adapter/` or `step-N/`) into `dest`, replacing
     what was there. Only plain files and folders inside the archive's folder are extracted (tarfile's
-    `data` filter refuses links, devices and paths leaving it)."""
+    `data` filter refuses links, devices and paths leaving it), files as 0644 and folders 0755."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".unpack-") as tmp:
         with tarfile.open(archive, "r:gz") as tar:
             try:
-                tar.extractall(tmp, filter="data")
+                tar.extractall(tmp, filter=_readable_member)
             except tarfile.FilterError as exc:
                 raise ClientError("invalid_archive", f"{archive.name}: {exc}") from None
         tops = list(Path(tmp).iterdir())

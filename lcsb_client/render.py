@@ -53,7 +53,8 @@ def print_error(console: Console, err: ClientError) -> None:
 
 
 def print_json(console: Console, obj: object) -> None:
-    console.print_json(json.dumps(obj), highlight=False)
+    """`obj` as indented JSON; escaped as `\\uXXXX` when the output is not UTF-8, so no character is lost."""
+    console.print_json(json.dumps(obj), highlight=False, ensure_ascii=not console.encoding.lower().startswith("utf"))
 
 
 def when(ts: int | None) -> str:

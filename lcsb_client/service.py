@@ -11,6 +11,7 @@ artifacts, checkpoint adapters). Every method returns plain dicts and raises onl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,9 +84,12 @@ class Service:
     # files and jobs: the official client
 
     def upload_file(self, path: Path) -> dict:
-        """Upload a dataset (purpose `fine-tune`); the file object with its validation report."""
+        """Upload a dataset (purpose `fine-tune`); the file object with its validation report. The name
+        is sent as UTF-8 text: under an ASCII locale Python holds a name's non-ASCII bytes as surrogate
+        escapes, which cannot be encoded, so its bytes are read back as UTF-8."""
+        name = os.fsencode(path.name).decode("utf-8", errors="replace")
         with self._calling(), open(path, "rb") as fh:
-            return _dict(self.openai.files.create(file=(path.name, fh), purpose="fine-tune"))
+            return _dict(self.openai.files.create(file=(name, fh), purpose="fine-tune"))
 
     def get_file(self, file_id: str) -> dict:
         with self._calling():

@@ -25,6 +25,11 @@ QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LR_SCHEDULES = ("linear", "cosine", "constant")
 ON_TRUNCATION = ("report", "fail")
+# Ranges that can train (the API's schema reads them too): below 1e-7 AdamW's steps vanish in a bf16
+# adapter's rounding, at 1 they diverge at once; LoRA's scale alpha/r below 1e-3/r leaves the adapter's
+# output under bf16 noise, and past 4096 one step saturates it.
+LEARNING_RATE_RANGE = (1e-7, 1.0)    # [min, max)
+LORA_ALPHA_RANGE = (1e-3, 4096.0)    # [min, max]
 
 
 def _check(cond: bool, name: str, message: str, mentions: tuple[str, ...] = ()) -> None:
@@ -63,7 +68,8 @@ class LoraSettings:
         self.target_modules = tuple(self.target_modules)
         _check(isinstance(self.rank, int) and 1 <= self.rank <= 1024, "lora.rank",
                f"must be an integer in [1, 1024], got {self.rank!r}")
-        _check(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha!r}")
+        low, high = LORA_ALPHA_RANGE
+        _check(low <= self.alpha <= high, "lora.alpha", f"must be in [{low:g}, {high:g}], got {self.alpha!r}")
         _check(0.0 <= self.dropout < 1.0, "lora.dropout", f"must be in [0, 1), got {self.dropout!r}")
         _check(len(self.target_modules) > 0, "lora.target_modules", "must name at least one module")
 
@@ -117,7 +123,9 @@ class OptimSettings:
 
     def __post_init__(self) -> None:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
-        _check(0 < self.learning_rate < 1, "optim.learning_rate", f"must be in (0, 1), got {self.learning_rate!r}")
+        low, high = LEARNING_RATE_RANGE
+        _check(low <= self.learning_rate < high, "optim.learning_rate",
+               f"must be in [{low:g}, {high:g}), got {self.learning_rate!r}")
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         _check(self.lr_schedule in LR_SCHEDULES, "optim.lr_schedule",

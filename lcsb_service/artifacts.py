@@ -6,7 +6,10 @@ them, for the worker (and for tests standing in for it). Nothing here commits.
     result_files = publish_run(session, storage, job_id=..., owner_id=..., run_dir=run)
 
 Adapters are stored as `.tar.gz` of the PEFT folder (adapter_config.json + adapter_model.safetensors;
-a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Each file of a run becomes an
+a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Every member is stored readable by
+all (files 0644, folders 0755, owner root, no user or group names), whatever the worker's umask and the
+files' modes on disk (the trainer's safetensors may be 0600): a serving daemon or container user
+extracting it as another user must be able to read the weights. Each file of a run becomes an
 `Artifact` row named by its path in the run folder.
 """
 
@@ -38,14 +41,27 @@ RUN_FILES = {path.name: kind for path, kind in (   # file name -> artifact kind
     (_LAYOUT.summary, "summary"), (_LAYOUT.config, "config"))}
 
 
+FILE_MODE, DIR_MODE = 0o644, 0o755  # of every archive member
+
+
+def public_member(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A tar member as published: 0644 (a folder 0755), owned by uid/gid 0 with no names, whatever it
+    had on disk (a `tarfile.add` filter)."""
+    return info.replace(mode=DIR_MODE if info.isdir() else FILE_MODE, uid=0, gid=0, uname="", gname="",
+                        deep=False)
+
+
 def _archive(folder: Path, key: str, storage: Storage, arcname: str = "adapter") -> int:
-    """Store `folder` (minus EXCLUDED) as a gzipped tar under `key`; returns its size in bytes."""
+    """Store `folder` (minus EXCLUDED) as a gzipped tar under `key`, its folders included so they
+    extract as 0755 too (`public_member`); returns its size in bytes."""
     with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
         # gzip records the name of the file it writes; give it none (not the worker's temporary file)
         with gzip.GzipFile(filename="", mode="wb", fileobj=tmp) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+            tar.add(folder, arcname=arcname, recursive=False, filter=public_member)
             for path in sorted(folder.rglob("*")):
-                if path.is_file() and path.name not in EXCLUDED:
-                    tar.add(path, arcname=f"{arcname}/{path.relative_to(folder).as_posix()}")
+                if (path.is_dir() or path.is_file()) and path.name not in EXCLUDED:
+                    tar.add(path, arcname=f"{arcname}/{path.relative_to(folder).as_posix()}", recursive=False,
+                            filter=public_member)
         tmp.flush()
         return storage.put_file(tmp.name, key)
 

@@ -10,6 +10,7 @@ from fastapi import File as FileParam
 from fastapi.responses import StreamingResponse
 
 from api.deps import FileDep, MetricsDep, OwnerDep, SessionDep, SettingsDep, StorageDep
+from api.downloads import download
 from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.files import FileDeleted, FileObject
@@ -58,10 +59,9 @@ async def get_file(file: FileDep) -> FileObject:  # async: no I/O here, so no se
 
 @router.get("/{file_id}/content", response_class=StreamingResponse, responses=errors(401, 404))
 def file_content(file: FileDep, storage: StorageDep) -> StreamingResponse:
-    """The file's bytes, streamed."""
-    return StreamingResponse(storage.iter_bytes(file.storage_key), media_type="application/octet-stream",
-                             headers={"Content-Length": str(file.bytes),
-                                      "Content-Disposition": f'attachment; filename="{file.id}"'})
+    """The file's bytes, streamed, named as uploaded (`Content-Disposition` with RFC 6266 `filename*`)."""
+    return download(storage.iter_bytes(file.storage_key), size=file.bytes, media_type="application/octet-stream",
+                    filename=file.filename or file.id, fallback=file.id)
 
 
 @router.delete("/{file_id}", response_model=FileDeleted, responses=errors(401, 404, 409))

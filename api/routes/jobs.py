@@ -10,6 +10,7 @@ from fastapi import APIRouter, Header, Request
 
 from api.deps import EnqueuerDep, JobDep, MetricsDep, OwnerDep, SessionDep, SettingsDep
 from api.pagination import AfterQuery, LimitQuery, page
+from api.query import takes_query
 from api.schemas.common import Page, errors
 from api.schemas.jobs import JobCreate, JobObject
 from lcsb_service import jobs as job_service
@@ -40,6 +41,7 @@ def create(body: JobCreate, session: SessionDep, owner: OwnerDep, settings: Sett
 
 
 @router.get("", response_model=Page[JobObject], responses=errors(400, 401))
+@takes_query(re.compile("metadata"), "metadata[<key>]")  # read below, from the request
 def list_jobs(request: Request, session: SessionDep, owner: OwnerDep, limit: LimitQuery = 20,
               after: AfterQuery = None) -> dict:
     """The caller's jobs, newest first. Filter by metadata with `metadata[key]=value` (all must match),

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path
 from fastapi.responses import StreamingResponse
 
 from api.deps import JobDep, SessionDep, StorageDep
+from api.downloads import download
 from api.pagination import AfterQuery, LimitQuery, page
 from api.schemas.common import Page, errors
 from api.schemas.events import ArtifactList, ArtifactObject, CheckpointObject
@@ -20,9 +21,7 @@ router = APIRouter(prefix="/v1/fine_tuning/jobs/{fine_tuning_job_id}", tags=["fi
 
 
 def _download(storage: Storage, key: str, size: int, media_type: str, filename: str) -> StreamingResponse:
-    return StreamingResponse(storage.iter_bytes(key), media_type=media_type,
-                             headers={"Content-Length": str(size),
-                                      "Content-Disposition": f'attachment; filename="{filename}"'})
+    return download(storage.iter_bytes(key), size=size, media_type=media_type, filename=filename)
 
 
 @router.get("/checkpoints", response_model=Page[CheckpointObject], responses=errors(400, 401, 404))

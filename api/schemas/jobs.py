@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lcsb_core.config import (
+    LEARNING_RATE_RANGE,
+    LORA_ALPHA_RANGE,
     LORA_TARGETS_ALL,
     LR_SCHEDULES,
     ON_TRUNCATION,
@@ -38,8 +40,11 @@ class Hyperparameters(BaseModel):
     model_config = Strict
     n_epochs: Auto | Annotated[int, Field(ge=1, le=100)] | None = None
     batch_size: Auto | Annotated[int, Field(ge=1, le=512)] | None = None
-    learning_rate_multiplier: Auto | Annotated[float, Field(gt=0, le=100)] | None = None
-    learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
+    learning_rate_multiplier: Auto | Annotated[float, Field(ge=1e-3, le=100)] | None = Field(
+        default=None, description="x the service's base learning rate; the product must lie in the learning_rate range")
+    learning_rate: Annotated[float, Field(ge=LEARNING_RATE_RANGE[0], lt=LEARNING_RATE_RANGE[1])] | None = Field(
+        default=None, description=f"AdamW's peak learning rate, in [{LEARNING_RATE_RANGE[0]:g}, "
+                                  f"{LEARNING_RATE_RANGE[1]:g})")
     max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(
         default=None, description=f"linear warmup steps (default {OptimSettings.warmup_steps})")
@@ -59,8 +64,9 @@ class LoraMethod(BaseModel):
 
     model_config = Strict
     rank: int | None = Field(default=None, ge=1, le=1024, description=f"LoRA rank r (default {LoraSettings.rank})")
-    alpha: float | None = Field(default=None, gt=0, le=10_000,
-                                description=f"scale alpha/r (default {LoraSettings.alpha:g})")
+    alpha: float | None = Field(default=None, ge=LORA_ALPHA_RANGE[0], le=LORA_ALPHA_RANGE[1],
+                                description=f"scale alpha/r, in [{LORA_ALPHA_RANGE[0]:g}, {LORA_ALPHA_RANGE[1]:g}] "
+                                            f"(default {LoraSettings.alpha:g})")
     dropout: float | None = Field(default=None, ge=0, lt=1,
                                   description=f"dropout on the adapter input (default {LoraSettings.dropout:g})")
     target_modules: list[Literal[LORA_TARGETS_ALL]] | None = Field(  # type: ignore[valid-type]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lcsb_core.config import DataSettings
-from lcsb_core.data.formats import Example, Issue, RecordError, parse_record
+from lcsb_core.data.formats import CHAT, FORMAT_KEYS, Example, Issue, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport
@@ -28,6 +28,21 @@ from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEnc
 
 ENCODE_BATCH = 256
 TXT_SUFFIXES = (".txt", ".text")
+
+
+def _ignored_because(key: str, fmt: str | None) -> str:
+    """Why an ignored key never reaches the model and where its text could go, in the words of the
+    file's format (only chat data goes through a chat template)."""
+    if key.startswith("messages[]."):
+        return "a message's role, content and weight, so the chat template never sees it; remove it, or merge " \
+               "it into content"
+    if fmt == CHAT:
+        return "messages, so the chat template never sees it; remove it, or merge it into a message's content"
+    used = FORMAT_KEYS.get(fmt or "", ())
+    if not used:
+        return "the format's keys, so the model never sees it; remove it"
+    keys = " and ".join(used)
+    return f"{keys} in the {fmt} format, so the model never sees it; remove it, or merge it into {' or '.join(used)}"
 
 
 class _Scan:
@@ -103,11 +118,9 @@ class _Scan:
         for key, (count, lines) in sorted(self.ignored.items()):
             self.report.ignored_keys[key] = {"count": count, "lines": lines}
             more = ", ..." if count > len(lines) else ""
-            where = "a message's role, content and weight" if key.startswith("messages[].") else \
-                f"the {self.report.format} format's keys"
             self.report.warnings.append(
                 f"{key} is ignored on {count} line(s) ({', '.join(map(str, lines))}{more}): training reads only "
-                f"{where}, so the chat template never sees it; remove it, or merge it into content")
+                f"{_ignored_because(key, self.report.format)}")
 
     def flush(self) -> None:
         """Tokenize the pending examples in one batched call; record their statistics."""

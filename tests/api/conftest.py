@@ -168,16 +168,22 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start_api(settings: Settings, **env: str) -> tuple[subprocess.Popen, str]:
+def start_api(settings: Settings, *, log_level: str = "warning", log_file: Path | None = None,
+              **env: str) -> tuple[subprocess.Popen, str]:
     """Start `uvicorn --factory api.main:create_app` in a child process with `settings` (plus `env`
     overrides) on a free port; wait until `/healthz` answers 200. Returns (process, base URL).
+    `log_level` "info" turns uvicorn's access log on; `log_file` receives the process's stdout and stderr.
     Raises RuntimeError (the process killed) when it does not start within 60 s."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, **settings_env(settings), **env}
+    out = log_file.open("ab") if log_file is not None else None
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+                             "127.0.0.1", "--port", str(port), "--log-level", log_level], cwd=ROOT, env=env,
+                            stdout=out, stderr=subprocess.STDOUT if out else None)
+    if out is not None:
+        out.close()  # the child holds its own descriptor
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -193,9 +199,10 @@ def start_api(settings: Settings, **env: str) -> tuple[subprocess.Popen, str]:
 
 
 @contextmanager
-def serving_api(settings: Settings, **env: str) -> Iterator[LiveServer]:
+def serving_api(settings: Settings, *, log_level: str = "warning", log_file: Path | None = None,
+                **env: str) -> Iterator[LiveServer]:
     """`start_api`, yielding the LiveServer; on exit the process is terminated (killed after 10 s)."""
-    proc, url = start_api(settings, **env)
+    proc, url = start_api(settings, log_level=log_level, log_file=log_file, **env)
     try:
         yield LiveServer(url=url, pid=proc.pid)
     finally:

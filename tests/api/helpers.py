@@ -103,3 +103,31 @@ def multipart_stream(size: int, filename: str = "big.jsonl", chunk: int = 1 << 2
 
 
 MULTIPART_HEADERS = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+NOBODY = 65534  # uid and gid of `nobody` (Debian/Ubuntu)
+
+
+def world_readable_tree(root: Path) -> list[Path]:
+    """Assert every file under `root` is 0644 and every folder 0755; returns the files."""
+    files = []
+    for path in sorted(root.rglob("*")):
+        want = 0o755 if path.is_dir() else 0o644
+        assert path.stat().st_mode & 0o7777 == want, f"{path.relative_to(root)}: {oct(path.stat().st_mode & 0o7777)}"
+        if path.is_file():
+            files.append(path)
+    return files
+
+
+def read_as_other_user(path: Path) -> bytes | None:
+    """`cat path` as uid/gid `nobody` (no supplementary groups), in a child process; the bytes read.
+    Returns None when this process cannot switch users (not root). Fails the test when the read fails."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        return None
+    done = subprocess.run(["cat", str(path)], user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True,
+                          check=False)
+    assert done.returncode == 0, f"nobody cannot read {path}: {done.stderr.decode(errors='replace')}"
+    return done.stdout

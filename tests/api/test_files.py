@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from urllib.parse import unquote
+
+import pytest
 
 from tests.api.helpers import MULTIPART_HEADERS, assert_error, chat_lines, job_ok, multipart_stream, upload, upload_ok
 
@@ -114,3 +117,24 @@ def test_delete_refused_while_a_job_uses_the_file(client, alice):
 def test_unknown_route_and_method_use_the_error_body(client, alice):
     assert_error(client.get("/v1/nothing", headers=alice.headers), 404, "not_found")
     assert_error(client.put("/v1/files", headers=alice.headers), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize("filename, ascii_name", [("données-日本.jsonl", "donnees-.jsonl"), ("日本.jsonl", None),
+                                                  ("100% sûr.jsonl", "100_ sur.jsonl")])
+def test_content_download_keeps_the_uploaded_name(client, alice, filename, ascii_name):
+    """RFC 6266: an ASCII `filename` for old clients, the exact name in `filename*` (RFC 8187 UTF-8)."""
+    f = upload_ok(client, alice, chat_lines(12), filename=filename)
+    assert f["filename"] == filename
+    r = client.get(f"/v1/files/{f['id']}/content", headers=alice.headers)
+    disposition = r.headers["content-disposition"]
+    assert disposition.isascii() and disposition.startswith("attachment; ")
+    params = dict(p.strip().split("=", 1) for p in disposition.split(";")[1:])
+    assert unquote(params["filename*"].removeprefix("UTF-8''"), errors="strict") == filename
+    assert params["filename*"].startswith("UTF-8''") and '"' not in params["filename*"]
+    assert params["filename"] == f'"{ascii_name or f["id"] + ".jsonl"}"'
+
+
+def test_an_ascii_name_is_sent_as_it_is(client, alice):
+    f = upload_ok(client, alice, chat_lines(12), filename="train-v2.jsonl")
+    r = client.get(f"/v1/files/{f['id']}/content", headers=alice.headers)
+    assert r.headers["content-disposition"] == 'attachment; filename="train-v2.jsonl"'

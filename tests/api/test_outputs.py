@@ -4,13 +4,17 @@ listed and downloaded through the API."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import tarfile
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint, publish_run
-from tests.api.helpers import assert_error, fake_run, job_ok
+from tests.api.helpers import assert_error, fake_run, job_ok, read_as_other_user, world_readable_tree
 
 
 @pytest.fixture
@@ -98,3 +102,45 @@ def test_run_files_follow_the_trainers_layout(tmp_path):
     assert RUN_FILES == {files.history.name: "selection_history", files.metrics_csv.name: "metrics",
                          files.metrics.name: "metrics", files.summary.name: "summary", files.config.name: "config"}
     assert list(RUN_FILES) == ["selection_history.jsonl", "metrics.csv", "metrics.jsonl", "summary.json", "config.json"]
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder other users can enter (pytest's tmp_path is 0700), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="lcsb-shared-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_archives_extract_readable_by_other_users(client, alice, app, tmp_path, shared_dir):
+    """The worker's umask and its 0600 weights file do not reach the archive: every member of the
+    final adapter and of a checkpoint is 0644 (folders 0755, no owner names); extracted with plain
+    tarfile (as `tar xzf` would), another user reads every file."""
+    job = job_ok(client, alice)
+    run = fake_run(tmp_path, steps=(2,))
+    for weights in run.rglob("adapter_model.safetensors"):
+        weights.chmod(0o600)
+    storage, old_umask = app.state.storage, os.umask(0o077)
+    try:
+        with app.state.db.session() as s:
+            transitions.claim(s, job["id"])
+            publish_checkpoint(s, storage, job_id=job["id"], step=2, fine_tuned_model="ft:m::x",
+                               folder=run / "checkpoints" / "step-000002")
+            publish_run(s, storage, job_id=job["id"], owner_id=alice.owner_id, run_dir=run)
+    finally:
+        os.umask(old_umask)
+    ckpt = client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=alice.headers).json()["data"][0]
+    archives = {"adapter": client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz",
+                                      headers=alice.headers).content,
+                "step-2": client.get(ckpt["download_url"], headers=alice.headers).content}
+    for top, data in archives.items():
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            modes = {m.name: (oct(m.mode), m.uname, m.gname) for m in tar.getmembers()}
+            assert modes == {top: ("0o755", "", ""), f"{top}/adapter_config.json": ("0o644", "", ""),
+                             f"{top}/adapter_model.safetensors": ("0o644", "", "")}
+            tar.extractall(shared_dir, filter="data")
+        files = world_readable_tree(shared_dir / top)
+        assert [f.name for f in files] == ["adapter_config.json", "adapter_model.safetensors"]
+        for path in files:
+            assert read_as_other_user(path) in (path.read_bytes(), None)

@@ -113,6 +113,13 @@ def test_ignored_keys_are_warned_with_lines(tmp_path, tokenizer, line, key):
     assert report.ignored_keys == {key: {"count": 2, "lines": [2, 4]}}
     [warning] = [w for w in report.warnings if w.startswith(key)]
     assert f"{key} is ignored on 2 line(s) (2, 4)" in warning
+    # worded for the file's format: only chat data goes through a chat template
+    if "messages" in line:
+        assert "so the chat template never sees it" in warning
+    else:
+        used = " and ".join(k for k in ("prompt", "completion", "text") if k in line)
+        assert "chat template" not in warning and "merge it into content" not in warning
+        assert f"training reads only {used} in the {report.format} format, so the model never sees it" in warning
     assert report.to_dict()["ignored_keys"] == {key: {"count": 2, "lines": [2, 4]}}
     # what is used trains exactly as the line without the ignored key
     ds = build_dataset(_file(tmp_path, rows, "b.jsonl"), tokenizer, max_seq_len=256, min_examples=1)

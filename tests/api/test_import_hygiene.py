@@ -30,6 +30,27 @@ def test_app_imports_no_torch(tmp_path):
     assert "HEAVY []" in out.stdout
 
 
+def test_the_api_runs_without_the_worker_package(tmp_path):
+    """With an enqueuer outside the worker package, building the app and running its lifespan (the job
+    sweeper included) loads no `worker` module: the API imports none (the Celery enqueuer is loaded by
+    name, `Settings.enqueuer`)."""
+    code = (
+        "import sys\n"
+        "from fastapi.testclient import TestClient\n"
+        "from api.main import create_app\n"
+        "from lcsb_service.settings import Settings\n"
+        "app = create_app(Settings(data_dir=sys.argv[1], enqueuer='lcsb_service.enqueue:LoggingEnqueuer'))\n"
+        "with TestClient(app) as client:\n"
+        "    assert client.get('/healthz').status_code == 200\n"
+        "loaded = sorted(m for m in sys.modules if m == 'worker' or m.startswith('worker.'))\n"
+        "print('WORKER', loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "WORKER []" in out.stdout
+
+
 def test_modules_are_small():
     for package in ("api", "lcsb_service"):
         for path in (ROOT / package).rglob("*.py"):

@@ -4,7 +4,7 @@ FROM python:3.11-slim
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 LCSB_MODEL_CACHE=/models PYTHONUNBUFFERED=1
 WORKDIR /app
-# jemalloc for the training processes (worker.allocator: Settings.worker_malloc)
+# jemalloc for the training processes (worker.training.allocator: Settings.worker_malloc)
 RUN apt-get update && apt-get install -y --no-install-recommends libjemalloc2 && rm -rf /var/lib/apt/lists/*
 RUN pip install "torch==2.13.0" --index-url "$TORCH_INDEX"
 COPY pyproject.toml README.md ./

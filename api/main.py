@@ -18,7 +18,7 @@ event-stream polls (`sse_poll_concurrency`).
 
 While the app runs (its lifespan) it also sweeps, independently of any worker: once at start, stored
 uploads that never got a row (`lcsb_service.files.sweep_orphan_uploads`), and every
-`reaper_interval_s`, lost jobs and jobs whose broker message may be lost (`worker.reaper`).
+`reaper_interval_s`, lost jobs and jobs whose broker message may be lost (`lcsb_service.sweeper`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from lcsb_service.enqueue import Enqueuer, load_enqueuer
 from lcsb_service.files import sweep_orphan_uploads
 from lcsb_service.settings import Settings
 from lcsb_service.storage import Storage
+from lcsb_service.sweeper import start_reaper
 
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
 JSON_BODY_LIMIT_BYTES = 1 << 20
@@ -83,8 +84,6 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Size the worker threads, sweep orphan uploads once, and run the job sweeper until shutdown."""
-    from worker.reaper import start_reaper  # imports no Celery and no torch
-
     settings: Settings = app.state.settings
     anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_thread_limit
     await anyio.to_thread.run_sync(sweep_orphan_uploads, app.state.db, app.state.storage,

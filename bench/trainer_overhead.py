@@ -22,7 +22,7 @@ Modes (each round runs one whole cycle of each, order rotated: bench/step_time.p
   peak-RSS reset, the update-norm snapshot, `run_step`, and the reporting (history and metrics appends,
   update norms, the peak read, the callbacks). (a) runs on the Trainer's own model, selective-backprop
   wrapper and optimizer, so the two differ only by the loop.
-- (c) `job`: the same loop with the worker child's own callbacks, as `worker.child.train` builds them
+- (c) `job`: the same loop with the worker child's own callbacks, as `worker.training.child.train` builds them
   (`DivergenceWatch`, `JobReporter`), reporting a `running` job row in the embedded default's backends:
   a SQLite database migrated with `alembic upgrade head` and local storage, in a temporary folder.
   Each step thus also writes the job's progress, heartbeat and `metrics` event and reads its status
@@ -154,7 +154,7 @@ def trainer_for(args, token: str, steps: int, out_dir: str, device: torch.device
 
 
 def service_job_callbacks(folder: Path, model: str) -> list[TrainerCallback]:
-    """Mode (c)'s callbacks: the worker child's `DivergenceWatch` and `JobReporter` (as `worker.child.train`
+    """Mode (c)'s callbacks: the worker child's `DivergenceWatch` and `JobReporter` (as `worker.training.child.train`
     builds them) on a job row set `running` by `transitions.claim`, in a SQLite database at
     `folder/lcsb.sqlite3` migrated with `alembic upgrade head`, with local storage at `folder/storage`."""
     from alembic import command
@@ -164,8 +164,8 @@ def service_job_callbacks(folder: Path, model: str) -> list[TrainerCallback]:
     from lcsb_service.db import Database
     from lcsb_service.models import Job, Owner
     from lcsb_service.storage import Storage
-    from worker.divergence import DivergenceWatch
-    from worker.reporter import JobReporter
+    from worker.training.divergence import DivergenceWatch
+    from worker.training.reporter import JobReporter
 
     url = f"sqlite:///{folder / 'lcsb.sqlite3'}"
     alembic = Config(str(Path(__file__).resolve().parents[1] / "alembic.ini"))

@@ -88,7 +88,7 @@ class Job(Base):
     train_config: Mapped[dict[str, Any]]       # TrainConfig.from_dict input; file ids in place of paths
     memory_estimate: Mapped[dict[str, Any]]
     data_report: Mapped[dict[str, Any] | None]  # the worker's dataset check with the model's tokenizer
-    warnings: Mapped[list[Any] | None] = mapped_column(JSONType)  # e.g. a finite divergence (worker.divergence)
+    warnings: Mapped[list[Any] | None] = mapped_column(JSONType)  # e.g. a finite divergence (worker.training)
     queue: Mapped[str] = mapped_column(String(100))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))

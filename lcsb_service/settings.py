@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     # core. On a machine running several workers set it to cores / workers: OpenMP threads beyond the
     # cores made the small matmuls of a training step about 30x slower on a 2-core test machine.
     worker_torch_threads: int | None = Field(default=None, ge=1)
-    # The C allocator of a CPU worker's training process (`worker.allocator`; CUDA workers keep glibc):
+    # The C allocator of a CPU worker's training process (`worker.training.allocator`; CUDA workers keep glibc):
     # jemalloc, preloaded, when the worker has it (the README main job's peak 2,861 against 3,733 MiB
     # at the same speed, BENCHMARKS.md 1h), else glibc.
     worker_malloc: Malloc = "jemalloc"

@@ -55,7 +55,7 @@ PY
   LCSB_API_KEY=$(python3 -m lcsb_service.keys create --owner gpu | tail -1); export LCSB_API_KEY
   python3 -m uvicorn --factory api.main:create_app --host 127.0.0.1 --port 8765 >"$LCSB_DATA_DIR/api.log" 2>&1 &
   local api=$!
-  python3 -m worker >"$LCSB_DATA_DIR/worker.log" 2>&1 &
+  python3 -m worker --kind training >"$LCSB_DATA_DIR/worker.log" 2>&1 &
   local wk=$!
   for _ in $(seq 60); do curl -sf http://127.0.0.1:8765/healthz >/dev/null && break; sleep 1; done
   local job

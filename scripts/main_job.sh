@@ -28,7 +28,7 @@ trap cleanup EXIT
 export LCSB_API_KEY=$(.venv/bin/python -m lcsb_service.keys create --owner demo | tail -1)
 .venv/bin/uvicorn --factory api.main:create_app --host 127.0.0.1 --port "$PORT" >runs/service/api.log 2>&1 &
 pids+=($!)
-.venv/bin/python -m worker >runs/service/worker.log 2>&1 &
+.venv/bin/python -m worker --kind training >runs/service/worker.log 2>&1 &
 pids+=($!)
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 1; done
 curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "API did not start; see runs/service/api.log"; exit 1; }

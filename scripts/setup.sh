@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# jemalloc for the training processes (worker.allocator; BENCHMARKS.md, "jemalloc in the training process"): Debian's libjemalloc2, as root
+# jemalloc for the training processes (worker.training.allocator; BENCHMARKS.md, "jemalloc in the training process"): Debian's libjemalloc2, as root
 if ! ldconfig -p | grep libjemalloc.so.2 >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get install -y -q libjemalloc2 >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q libjemalloc2 >/dev/null; }
 fi

@@ -1,15 +1,16 @@
-"""The worker side of the service: Celery tasks that run fine-tuning jobs on memory-capped workers.
-The only bridge between the job records (`lcsb_service`) and the trainer (`lcsb_core`).
+"""The worker side of the service: Celery workers that run jobs on memory-capped machines. The only
+bridge between the job records (`lcsb_service`) and the trainer (`lcsb_core`). Each kind of worker has
+its own folder (`lcsb_service.tasks.WorkerKind`); the shared pieces stay here.
 
-    python -m worker                     # consume LCSB_WORKER_QUEUE (default: the first worker class)
+    python -m worker --kind training     # consume LCSB_WORKER_QUEUE (default: the first worker class)
 
     app.py         Celery app and its settings (late ack, prefetch 1, visibility timeout, limits)
+    main.py        the process entry point (`--kind`, default training)
+    context.py     per-process resources: settings, database, storage, the Celery app
     enqueue.py     CeleryEnqueuer: what the API uses to send a committed job (imports no torch)
-    tasks.py       lcsb.run_job(job_id), lcsb.reap(); reaper start at worker start
-    supervisor.py  claim -> training child under the memory cap -> heartbeat, time limits -> end state
-    child.py       the training process (`python -m worker.child spec.json`): trainer + JobReporter
-    reporter.py    trainer callback: events, progress, checkpoints, per-step cancel check
+    tasks.py       the sweeper task (`lcsb_service.sweeper`) and the start-up hook, in every kind
     limits.py      memory caps: cgroup v1 / v2, address-space fallback, CUDA memory fraction
-    outcome.py     how a run ended -> error codes (invalid_file, nan_loss, timeout, oom, worker_lost, ...)
-    reaper.py      lost-worker reaper and re-send of jobs stuck in `queued`
+    training/      the training worker: its task, supervisor and training child
+
+Workers hold no SQL: what they read and write on a job row is `lcsb_service` functions.
 """

@@ -2,7 +2,8 @@
 one to send tasks, `worker.main` builds the worker's).
 
     app = create_app(settings)                       # Redis (`redis://...`) or the embedded broker
-    app.send_task(RUN_JOB, args=[job_id], queue=job.queue)
+    app.send_task(TaskName.RUN_TRAINING_JOB, args=[job_id], queue=job.queue)
+    app = create_app(settings, WorkerKind.TRAINING)   # a training worker's: registers its tasks
 
 Settings for jobs that run for hours (see the cases' "Job queue"):
 
@@ -10,7 +11,7 @@ Settings for jobs that run for hours (see the cases' "Job queue"):
   message it is running, so a queued job is never stuck behind a long one on a busy worker; a worker
   that dies leaves its message unacknowledged;
 - one job at a time per worker process: the worker runs the `solo` pool (`python -m worker` sets it);
-  the training itself runs in a fresh child process under the memory cap (`worker.supervisor`);
+  the training itself runs in a fresh child process under the memory cap (`worker.training.supervisor`);
 - Redis `visibility_timeout` above the longest allowed job (`Settings.resolved_visibility_timeout_s`),
   so a message is not delivered again while its job still runs; if it is anyway, the worker's guarded
   `claim` makes the second delivery a no-op;
@@ -26,9 +27,16 @@ from typing import Any
 from celery import Celery
 
 from lcsb_service.settings import Settings
+from lcsb_service.tasks import TaskName, WorkerKind
 
-RUN_JOB = "lcsb.run_job"
-REAP = "lcsb.reap"
+SHARED_TASKS = "worker.tasks"   # the sweeper task and the start-up hook, registered by every kind
+
+
+def task_modules(kind: WorkerKind | None) -> list[str]:
+    """The modules whose tasks a worker of `kind` registers: the shared ones and `worker.<kind>.tasks`
+    (every kind's when `kind` is None: an app that only sends)."""
+    kinds = list(WorkerKind) if kind is None else [kind]
+    return [SHARED_TASKS, *(f"worker.{k.value}.tasks" for k in kinds)]
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:
@@ -44,9 +52,10 @@ def broker_options(settings: Settings) -> dict[str, Any]:
     return {**options, **settings.broker_transport_options}
 
 
-def create_app(settings: Settings) -> Celery:
-    """A Celery app for these settings; the tasks of `worker.tasks` are registered by name."""
-    app = Celery("lcsb", broker=settings.broker_url, include=["worker.tasks"])
+def create_app(settings: Settings, kind: WorkerKind | None = None) -> Celery:
+    """A Celery app for these settings; a worker of `kind` registers the tasks of `task_modules(kind)`
+    by their `TaskName`s (all kinds' modules when None)."""
+    app = Celery("lcsb", broker=settings.broker_url, include=task_modules(kind))
     hard_backstop = settings.job_time_limit_s + 2 * settings.job_kill_grace_s
     embedded = settings.broker_url.startswith("filesystem://")
     app.conf.update(
@@ -65,7 +74,7 @@ def create_app(settings: Settings) -> Celery:
         worker_enable_remote_control=not embedded,  # the filesystem broker has no fanout for it
         worker_send_task_events=False,
         worker_hijack_root_logger=False,
-        beat_schedule={"lcsb-reap": {"task": REAP, "schedule": settings.reaper_interval_s}},
+        beat_schedule={"lcsb-reap": {"task": TaskName.SWEEP.value, "schedule": settings.reaper_interval_s}},
     )
     if embedded:
         for sub in ("messages", "control"):

@@ -1,5 +1,6 @@
 """The Celery-backed `Enqueuer` (`LCSB_ENQUEUER=worker.enqueue:CeleryEnqueuer`, the default): sends
-`lcsb.run_job(job_id)` to the job's queue. Imports Celery, not torch (the API process uses it).
+`TaskName.RUN_TRAINING_JOB` (`lcsb.run_job(job_id)`) to the job's queue. Imports Celery, not torch
+(the API process uses it).
 
 The API calls it after the job row is committed; a broker that does not answer within a few seconds
 raises here, the API logs it, and the job stays `queued` until the reaper re-sends it
@@ -11,13 +12,14 @@ from __future__ import annotations
 from celery import Celery
 
 from lcsb_service.settings import Settings
-from worker.app import RUN_JOB, create_app
+from lcsb_service.tasks import TaskName
+from worker.app import create_app
 
 SEND_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
 
 
 class CeleryEnqueuer:
-    """`enqueue(job_id, queue)` -> one `lcsb.run_job` message on `queue` (safe to repeat: the worker's
+    """`enqueue(job_id, queue)` -> one `TaskName.RUN_TRAINING_JOB` message on `queue` (safe to repeat: the worker's
     claim makes a second delivery a no-op)."""
 
     def __init__(self, settings: Settings, app: Celery | None = None) -> None:
@@ -25,4 +27,5 @@ class CeleryEnqueuer:
         self.app = app or create_app(settings)
 
     def enqueue(self, job_id: str, queue: str) -> None:
-        self.app.send_task(RUN_JOB, args=[job_id], queue=queue, retry=True, retry_policy=SEND_RETRY)
+        self.app.send_task(TaskName.RUN_TRAINING_JOB.value, args=[job_id], queue=queue, retry=True,
+                           retry_policy=SEND_RETRY)

@@ -1,10 +1,9 @@
-"""Celery tasks (registered by name; arguments are ids only) and the worker's start-up hook.
+"""The tasks every kind of worker registers, and the worker's start-up hook.
 
-    lcsb.run_job(job_id)   claim and run one job (`worker.supervisor.run_job`)
-    lcsb.reap()            one reaper pass (for Celery beat; workers also reap on their own)
+    TaskName.SWEEP ("lcsb.reap")   one sweeper pass (for Celery beat; workers also sweep on their own)
 
 At worker start (`worker_ready`): remove memory cgroups left by a killed worker on this machine, run
-one reaper pass, and start the reaper thread.
+one sweeper pass, and start the sweeper thread (`lcsb_service.sweeper`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import threading
 from celery import current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown
 
-from worker import reaper, supervisor
+from lcsb_service import sweeper
+from lcsb_service.tasks import TaskName
 from worker.context import worker_context
 from worker.enqueue import CeleryEnqueuer
 from worker.limits import remove_stale_cages
@@ -24,17 +24,11 @@ log = logging.getLogger(__name__)
 _stop_reaper = threading.Event()
 
 
-@shared_task(name="lcsb.run_job", bind=True, acks_late=True, ignore_result=True)
-def run_job(self, job_id: str) -> str:
-    """Run the job `job_id` once; a repeated delivery returns "skipped"."""
-    ctx = worker_context(self.app)
-    return supervisor.run_job(ctx, job_id, worker=self.request.hostname or ctx.hostname)
-
-
-@shared_task(name="lcsb.reap", ignore_result=True)
+@shared_task(name=TaskName.SWEEP.value, ignore_result=True)
 def reap() -> None:
+    """One sweeper pass: lost running jobs fail, long-queued jobs are sent again."""
     ctx = worker_context(current_app)
-    reaper.sweep(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings)
+    sweeper.sweep(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings)
 
 
 @worker_ready.connect
@@ -44,7 +38,7 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
     removed = remove_stale_cages(configured_parent=ctx.settings.cgroup_parent)
     if removed:
         log.info("removed %d memory cgroups left by earlier workers", removed)
-    reaper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
+    sweeper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
     log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s; heartbeat bound %.0f s",
              wc.queue, wc.memory_mib, wc.device, ctx.settings.heartbeat_timeout_s)
     if ctx.settings.resolved_visibility_timeout_s <= ctx.settings.job_time_limit_s:

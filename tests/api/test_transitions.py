@@ -16,7 +16,7 @@ from lcsb_service.errors import Conflict, NotFound
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.models import Job, JobEvent
 from tests.api.helpers import job_ok
-from worker.reporter import EVAL_PROGRESS_EVERY_S, JobReporter
+from worker.training.reporter import EVAL_PROGRESS_EVERY_S, JobReporter
 
 
 @pytest.fixture

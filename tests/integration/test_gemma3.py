@@ -213,7 +213,8 @@ def _eval_batches(trainer):
 PROBE = r"""
 import json, sys, torch
 import lcsb_service.jobspec, lcsb_service.models, lcsb_service.db, lcsb_service.storage  # noqa: E401
-import worker.reporter, worker.divergence, worker.datacheck, lcsb_core.trainer, lcsb_core.plots  # noqa: E401
+import worker.training.reporter, worker.training.divergence, worker.training.datacheck  # noqa: E401
+import lcsb_core.trainer, lcsb_core.plots  # noqa: E401
 from lcsb_core.config import LoraSettings, OptimSettings
 from lcsb_core.history import UpdateTracker
 from lcsb_core.lora import apply_lora

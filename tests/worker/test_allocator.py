@@ -1,11 +1,11 @@
-"""The training child's C allocator (worker.allocator): jemalloc preloaded when installed, else glibc."""
+"""The training child's C allocator (worker.training.allocator): jemalloc preloaded when installed, else glibc."""
 
 from __future__ import annotations
 
 import ctypes.util
 
-from worker import allocator
-from worker.allocator import ChildMalloc, child_malloc
+from worker.training import allocator
+from worker.training.allocator import ChildMalloc, child_malloc
 
 
 def test_jemalloc_is_preloaded_in_front_of_any_other_preload():
@@ -24,4 +24,4 @@ def test_glibc_asked_for_or_jemalloc_missing_runs_on_glibc_and_says_so(monkeypat
     assert missing == ChildMalloc("glibc", missing="jemalloc") and missing.env({}) == {}
     assert missing.describe() == "glibc (jemalloc is not installed on this worker)"
     assert "apt-get install libjemalloc2" in caplog.text
-    assert allocator.log.name == "worker.allocator"
+    assert allocator.log.name == "worker.training.allocator"

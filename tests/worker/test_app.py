@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from lcsb_service.settings import Settings, WorkerClass
-from worker.app import create_app
+from lcsb_service.tasks import KIND_TASKS, TaskName, WorkerKind
+from worker.app import create_app, task_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,8 @@ def test_the_api_side_of_the_worker_imports_no_torch(tmp_path):
             "from lcsb_service.settings import Settings\n"
             "app = create_app(Settings(data_dir=sys.argv[1]))\n"
             "assert type(app.state.enqueuer).__name__ == 'CeleryEnqueuer', app.state.enqueuer\n"
-            "import worker.tasks, worker.supervisor, worker.reaper, worker.limits, worker.outcome\n"
+            "import worker.tasks, worker.training.tasks, worker.training.supervisor, worker.limits\n"
+            "import worker.training.outcome, lcsb_service.sweeper\n"
             "heavy = [m for m in ('torch', 'transformers', 'peft', 'bitsandbytes') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
@@ -74,3 +76,31 @@ def test_worker_argv_takes_the_log_level_from_settings(tmp_path, monkeypatch):
     module = importlib.reload(worker.main)  # it reads the settings when imported (a process entry point)
     argv = module.worker_argv(["--without-mingle"])
     assert argv[argv.index("--loglevel") + 1] == "WARNING" and argv[-1] == "--without-mingle"
+
+
+def test_a_worker_registers_its_kinds_tasks_by_name(tmp_path):
+    """Every kind's folder has a task module registering exactly its `KIND_TASKS` plus the shared
+    sweeper task; the names are the ones on the wire before the enum existed."""
+    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap"]
+    for kind in WorkerKind:
+        assert task_modules(kind) == ["worker.tasks", f"worker.{kind.value}.tasks"]
+        app = create_app(Settings(data_dir=tmp_path), kind)
+        app.loader.import_default_modules()
+        ours = {name for name in app.tasks if name.startswith("lcsb.")}
+        assert ours == {TaskName.SWEEP, *KIND_TASKS[kind]}
+    conf = create_app(Settings(data_dir=tmp_path)).conf
+    assert conf.beat_schedule["lcsb-reap"]["task"] == "lcsb.reap"
+
+
+def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.setenv("LCSB_DATA_DIR", str(tmp_path))
+    import worker.main
+
+    module = importlib.reload(worker.main)
+    assert module.parse_kind(["--kind", "training", "--without-mingle"]) == (WorkerKind.TRAINING, ["--without-mingle"])
+    assert module.parse_kind([]) == (WorkerKind.TRAINING, [])
+    with pytest.raises(SystemExit):
+        module.parse_kind(["--kind", "inference"])
+    assert "invalid choice: 'inference' (choose from 'training')" in capsys.readouterr().err

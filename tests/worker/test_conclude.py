@@ -1,4 +1,4 @@
-"""How the supervisor applies an outcome (`worker.supervisor.conclude`), on PostgreSQL: a success that
+"""How the supervisor applies an outcome (`worker.training.supervisor.conclude`), on PostgreSQL: a success that
 arrives after a cancel is discarded (no artifacts, no `succeeded`); a failure's detail (exception text)
 goes to the worker's log only: the job's events carry the plain message and the error code."""
 
@@ -14,8 +14,8 @@ from lcsb_service.models import Artifact, Job, JobEvent
 from lcsb_service.storage import Storage
 from tests.worker.test_reaper import add_job
 from worker.context import WorkerContext
-from worker.outcome import Outcome
-from worker.supervisor import conclude
+from worker.training.outcome import Outcome
+from worker.training.supervisor import conclude
 
 
 def context(make_settings, pg_url, tmp_path) -> WorkerContext:
@@ -47,7 +47,7 @@ def test_a_failure_keeps_its_detail_out_of_the_events(make_settings, pg_url, tmp
     with ctx.db.session() as s:
         job = s.get(Job, job_id)
     out = Outcome.failed("internal_error", "The job failed", detail="KeyError: '/srv/x'", peak_memory_mib=812.3)
-    with caplog.at_level("ERROR", logger="worker.supervisor"):
+    with caplog.at_level("ERROR", logger="worker.training.supervisor"):
         assert conclude(ctx, job, out, "ft:m:o::j") == "failed"
     with ctx.db.session() as s:
         row = s.get(Job, job_id)

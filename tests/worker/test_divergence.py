@@ -1,4 +1,4 @@
-"""`worker.divergence.DivergenceWatch` on both database backends, fed the trainer's reports: a train
+"""`worker.training.divergence.DivergenceWatch` on both database backends, fed the trainer's reports: a train
 loss whose last-3-step mean explodes past 3x the first step's, or an eval loss past 1.25x its start, gives one
 `warn` event, the job's `warnings` entry and the summary's `divergence`; with `stop_on_divergence` it asks the trainer
 to stop. Steady, improving or briefly spiking runs, and NaN losses, give nothing."""
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from lcsb_core.callbacks import EvalReport, StepReport
 from lcsb_service.models import Job, JobEvent
 from tests.worker.test_reaper import add_job, db  # noqa: F401 - the two-backend database fixture
-from worker.divergence import DivergenceWatch
+from worker.training.divergence import DivergenceWatch
 
 
 def step(n: int, loss: float) -> StepReport:

@@ -1,4 +1,4 @@
-"""Error codes (`worker.outcome`): each failure kind maps to its public code; internal errors keep
+"""Error codes (`worker.training.outcome`): each failure kind maps to its public code; internal errors keep
 their text out of the public message."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lcsb_core.errors import ConfigError, DataError, DivergenceError, LCSBError, ModelLoadError
-from worker.outcome import INTERNAL_MESSAGE, Outcome, classify, read_outcome, write_outcome
+from worker.training.outcome import INTERNAL_MESSAGE, Outcome, classify, read_outcome, write_outcome
 
 
 class OutOfMemoryError(RuntimeError):  # what torch.cuda.OutOfMemoryError is called

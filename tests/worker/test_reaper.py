@@ -1,4 +1,4 @@
-"""The reaper (`worker.reaper`) on both database backends: a running job whose heartbeat is older than
+"""The reaper (`lcsb_service.sweeper`) on both database backends: a running job whose heartbeat is older than
 the bound fails `worker_lost`; a fresh one is left alone; a job stuck in `queued` is sent again once
 per period."""
 
@@ -16,8 +16,8 @@ from lcsb_service.enqueue import RecordingEnqueuer
 from lcsb_service.ids import new_id, utcnow
 from lcsb_service.keys import get_or_create_owner
 from lcsb_service.models import Job, JobEvent
+from lcsb_service.sweeper import reap_lost, resend_queued
 from tests.api.conftest import migrate
-from worker.reaper import reap_lost, resend_queued
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

@@ -1,15 +1,16 @@
-"""The reaper: ends jobs whose worker is gone, and re-sends jobs whose message may be lost.
+"""The job sweeper (the "reaper"): ends jobs whose worker is gone, and re-sends jobs whose message may
+be lost. Service code: it imports only `lcsb_service`, and both the API and the workers run it.
 
     reap_lost(db, heartbeat_timeout_s)        running, heartbeat older than the bound -> failed worker_lost
     resend_queued(db, enqueuer, after_s)      queued, last sent over `after_s` ago -> sent to its queue again
 
 It runs in every API process (started with the app, `api.main`), so it does not depend on any worker
 being alive, and in every worker (when it starts, then every `Settings.reaper_interval_s` in a thread,
-`start_reaper`); Celery beat can run it too (task `lcsb.reap`). Several reapers at once are safe: `fail`
-is a guarded transition and the heartbeat is re-checked under the row lock; a re-send is a guarded
-UPDATE of the job's clock. A job whose worker was killed therefore ends `failed` within
-heartbeat_timeout_s + reaper_interval_s of its last heartbeat, and a job whose message was lost (Redis
-restarted without persistence, or down when the job was created) is sent again within
+`start_reaper`); Celery beat can run it too (task `TaskName.SWEEP`, `worker.tasks.reap`). Several
+sweepers at once are safe: `fail` is a guarded transition and the heartbeat is re-checked under the row
+lock; a re-send is a guarded UPDATE of the job's clock. A job whose worker was killed therefore ends
+`failed` within heartbeat_timeout_s + reaper_interval_s of its last heartbeat, and a job whose message
+was lost (Redis restarted without persistence, or down when the job was created) is sent again within
 resend_queued_after_s + reaper_interval_s of its last send once the broker answers. A lost job's
 message, never acknowledged, may come back after the broker's visibility timeout and is then a no-op
 (the claim sees `failed`).

@@ -1,25 +1,22 @@
-"""The training process of one job: `python -m worker.child <spec.json>`, started by the supervisor
+"""The training process of one job: `python -m worker.training.child <spec.json>`, started by the supervisor
 in a fresh interpreter (a fresh CUDA context and allocator each time; all its memory goes back to the
 system when it exits).
 
-First it joins its memory cage (`worker.limits.enter_cage`) and arranges to die with the supervisor
+First it reads its spec (`worker.training.spec.ChildSpec`; a bad one exits with status 2 and the
+reason on stderr), joins its memory cage (`worker.limits.enter_cage`) and arranges to die with the supervisor
 (`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets from
 storage, checks them with the model's tokenizer and records what training will see
-(`worker.datacheck`, before the model loads), runs the trainer with `JobReporter` (events, progress,
+(`worker.training.datacheck`, before the model loads), runs the trainer with `JobReporter` (events, progress,
 checkpoints, per-step cancel check) and `DivergenceWatch` (a finite divergence: warning, or failure
 `diverged` with `method.stop_on_divergence`), and writes its `Outcome` as JSON to
-`spec["result_path"]`. SIGUSR1 from the supervisor means "time
-limit reached": the loop stops before its next step and the outcome is `timeout`. The supervisor
-turns the outcome (or the exit status, when there is none) into the job's terminal state.
-
-Spec (JSON, mode 0600): job_id, database_url, storage_url, model_dirs, run_dir, device, cage,
-parent_pid, result_path, fine_tuned_model, time_limit_s.
+`spec.result_path`. SIGUSR1 from the supervisor means "time limit reached": the loop stops before its
+next step and the outcome is `timeout`. The supervisor turns the outcome (or the exit status, when
+there is none) into the job's terminal state.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import signal
@@ -30,9 +27,10 @@ from pathlib import Path
 
 from lcsb_service.status import JobStatus
 from worker.limits import enter_cage
-from worker.outcome import Outcome, classify, write_outcome
+from worker.training.outcome import Outcome, classify, write_outcome
+from worker.training.spec import ChildSpec, ChildSpecError
 
-log = logging.getLogger("worker.child")
+log = logging.getLogger("worker.training.child")
 PR_SET_PDEATHSIG = 1
 
 
@@ -57,79 +55,75 @@ def _local_input(stack: ExitStack, storage, row, folder: Path) -> Path:
     return link
 
 
-def training_config(spec: dict, db, storage, stack: ExitStack):
+def training_config(spec: ChildSpec, db, storage, stack: ExitStack):
     """The job's TrainConfig with local paths. Raises ModelLoadError (model not installed here),
     ConfigError (the stored config no longer validates)."""
     from lcsb_core.errors import ModelLoadError
     from lcsb_service.catalog import find_model
+    from lcsb_service.job_records import job_inputs
     from lcsb_service.jobspec import train_config_for
-    from lcsb_service.models import File, Job
 
     with db.session() as s:
-        job = s.get(Job, spec["job_id"])
-        train = s.get(File, job.training_file)
-        valid = s.get(File, job.validation_file) if job.validation_file else None
-        s.expunge_all()
-    model = find_model([Path(p) for p in spec["model_dirs"]], job.model)
+        found = job_inputs(s, spec.job_id)
+    job, train, valid = found.job, found.training_file, found.validation_file
+    model = find_model([Path(p) for p in spec.model_dirs], job.model)
     if model is None:
         raise ModelLoadError(f"the base model {job.model!r} is not installed on this worker")
-    inputs = Path(spec["result_path"]).parent
-    train_path = _local_input(stack, storage, train, inputs)
-    valid_path = _local_input(stack, storage, valid, inputs) if valid else None
+    train_path = _local_input(stack, storage, train, spec.inputs_dir)
+    valid_path = _local_input(stack, storage, valid, spec.inputs_dir) if valid else None
     return train_config_for(job.train_config, model_path=str(model.path), train_path=str(train_path),
                             validation_path=str(valid_path) if valid_path else None,
-                            output_dir=spec["run_dir"], device=spec["device"]), {train_path.name: train.filename}
+                            output_dir=spec.run_dir, device=spec.device), {train_path.name: train.filename}
 
 
-def public_text(message: str, spec: dict, names: dict[str, str]) -> str:
+def public_text(message: str, spec: ChildSpec, names: dict[str, str]) -> str:
     """An error message with the worker's paths replaced: input files by their upload names, paths in
     the model folders by the model's name, the run folder by nothing."""
-    inputs = Path(spec["result_path"]).parent
+    inputs = spec.inputs_dir
     pairs = [(str(inputs / local), public) for local, public in names.items()]
-    pairs += [(f"{folder}/", "") for folder in (*spec["model_dirs"], spec["run_dir"], str(inputs))]
-    pairs += [(folder, "the model folder") for folder in spec["model_dirs"]]
+    pairs += [(f"{folder}/", "") for folder in (*spec.model_dirs, spec.run_dir, str(inputs))]
+    pairs += [(folder, "the model folder") for folder in spec.model_dirs]
     for local, public in pairs:
         message = message.replace(local, public)
     return message
 
 
-def _cap_cuda(spec: dict) -> None:
+def _cap_cuda(spec: ChildSpec) -> None:
     import torch
 
-    device = torch.device(spec["device"] if ":" in spec["device"] else "cuda:0")
+    device = torch.device(spec.device if ":" in spec.device else "cuda:0")
     total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cage"]["cap_mib"] * 2**20 / total), device)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, spec.cage.cap_mib * 2**20 / total), device)
 
 
 def _stop_on_divergence(db, job_id: str) -> bool:  # Database
-    from lcsb_service.models import Job
+    from lcsb_service.job_records import job_method
 
     with db.session() as s:
-        method = s.get(Job, job_id).method or {}
-    return bool(method.get("stop_on_divergence", False))
+        return bool(job_method(s, job_id).get("stop_on_divergence", False))
 
 
-def train(spec: dict, stop: threading.Event) -> Outcome:
+def train(spec: ChildSpec, stop: threading.Event) -> Outcome:
     """Run the job's training; every ending becomes an Outcome (nothing is raised)."""
     from lcsb_service.db import Database
     from lcsb_service.storage import Storage
-    from worker.divergence import DivergenceWatch
-    from worker.reporter import JobReporter
+    from worker.training.divergence import DivergenceWatch
+    from worker.training.reporter import JobReporter
 
-    db, storage = Database(spec["database_url"]), Storage(spec["storage_url"])
-    reporter = JobReporter(db, storage, spec["job_id"], spec["fine_tuned_model"], stop)
-    watch = DivergenceWatch(db, spec["job_id"], spec["run_dir"])
+    db, storage = Database(spec.database_url), Storage(spec.storage_url)
+    reporter = JobReporter(db, storage, spec.job_id, spec.fine_tuned_model, stop)
+    watch = DivergenceWatch(db, spec.job_id, spec.run_dir)
     names: dict[str, str] = {}
     try:
-        watch.stop = _stop_on_divergence(db, spec["job_id"])
+        watch.stop = _stop_on_divergence(db, spec.job_id)
         with ExitStack() as stack:
             cfg, names = training_config(spec, db, storage, stack)
             from lcsb_core.errors import TrainingCancelled
             from lcsb_core.trainer import Trainer
-            from worker.datacheck import check_datasets
+            from worker.training.datacheck import check_datasets
 
-            train_set, eval_set = check_datasets(cfg, db, spec["job_id"])  # before the model loads
-            if spec["device"].startswith("cuda"):
+            train_set, eval_set = check_datasets(cfg, db, spec.job_id)  # before the model loads
+            if spec.device.startswith("cuda"):
                 _cap_cuda(spec)
             try:
                 summary = Trainer(cfg, callbacks=[watch, reporter], train_dataset=train_set,
@@ -142,15 +136,15 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
                 if not stop.is_set():
                     return Outcome(JobStatus.CANCELLED, steps=reporter.steps_done,
                                    peak_memory_mib=reporter.peak_mib or None)
-                return Outcome.failed("timeout", f"The job reached its time limit of {spec['time_limit_s']:.0f} s "
+                return Outcome.failed("timeout", f"The job reached its time limit of {spec.time_limit_s:.0f} s "
                                       f"after {reporter.steps_done} of {reporter.total_steps} steps; its "
                                       "checkpoints are kept", steps=reporter.steps_done,
                                       peak_memory_mib=reporter.peak_mib or None)
         return Outcome(JobStatus.SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
                        summary=summary)
     except Exception as exc:  # every failure becomes a public error code
-        log.exception("job %s failed", spec["job_id"])
-        out = classify(exc, cap_mib=spec["cage"]["cap_mib"], peak_mib=reporter.peak_mib or None,
+        log.exception("job %s failed", spec.job_id)
+        out = classify(exc, cap_mib=spec.cage.cap_mib, peak_mib=reporter.peak_mib or None,
                        steps=reporter.steps_done)
         out.message = public_text(out.message or "", spec, names)
         return out
@@ -159,9 +153,18 @@ def train(spec: dict, stop: threading.Event) -> Outcome:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
-    die_with_parent(int(spec["parent_pid"]))
-    enter_cage(spec["cage"])
+    """`python -m worker.training.child <spec.json>`: 0 with an outcome file written, 2 for a missing or
+    invalid spec (the reason on stderr), 3 when even the outcome could not be built (out of memory)."""
+    if len(argv) != 1:
+        print("usage: python -m worker.training.child <spec.json>", file=sys.stderr)
+        return 2
+    try:
+        spec = ChildSpec.read(Path(argv[0]))
+    except ChildSpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    die_with_parent(spec.parent_pid)
+    enter_cage(spec.cage.limits_spec())
     stop = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: stop.set())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -169,7 +172,7 @@ def main(argv: list[str]) -> int:
         outcome = train(spec, stop)
     except MemoryError:  # even building the Outcome failed: the supervisor reads the exit status
         return 3
-    write_outcome(Path(spec["result_path"]), outcome)
+    write_outcome(Path(spec.result_path), outcome)
     return 0
 
 

@@ -11,25 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import update
-
 from lcsb_core.data.report import ValidationReport
 from lcsb_core.errors import DataError
 from lcsb_service.db import Database
 from lcsb_service.events import add_event
-from lcsb_service.models import File, Job
+from lcsb_service.job_records import job_inputs, record_data_report
+from lcsb_service.models import File
 
 ROLES = ("training_file", "validation_file")
 
 
 def _uploads(db: Database, job_id: str) -> dict[str, File]:
     with db.session() as s:
-        job = s.get(Job, job_id)
-        assert job is not None  # the worker claimed it
-        rows = {"training_file": s.get(File, job.training_file),
-                "validation_file": s.get(File, job.validation_file) if job.validation_file else None}
-        s.expunge_all()
-    return {role: row for role, row in rows.items() if row is not None}
+        return job_inputs(s, job_id).uploads()
 
 
 def describe(role: str, upload: File, report: ValidationReport) -> str:
@@ -50,7 +44,7 @@ def public_report(report: ValidationReport, upload: File) -> dict[str, Any]:
 def _record(db: Database, job_id: str, reports: dict[str, tuple[File, ValidationReport]]) -> None:
     data = {role: public_report(report, upload) for role, (upload, report) in reports.items()}
     with db.session() as s:
-        s.execute(update(Job).where(Job.id == job_id).values(data_report=data))
+        record_data_report(s, job_id, data)
         for role, (upload, report) in reports.items():
             cut = report.truncated or report.dropped_no_target or report.warnings
             add_event(s, job_id, describe(role, upload, report), level="warn" if cut else "info",

@@ -5,7 +5,8 @@ heartbeat, enforce the time limits, and put the job in its terminal state.
 
 1. `transitions.claim` (queued -> running, row-locked): a second delivery of the job gets None and
    returns "skipped" without touching anything.
-2. A memory cage (`worker.limits`) and a fresh child process (`worker.child`). While it runs, the
+2. A memory cage (`worker.limits`) and a fresh child process (`python -m worker.training.child`, given a
+   `ChildSpec`). While it runs, the
    supervisor writes a heartbeat every `heartbeat_interval_s`; at the job's time limit it signals the
    child to stop (SIGUSR1, outcome `timeout`), `job_kill_grace_s` later it kills it. A job that left
    `running` (cancelled, or failed by a reaper) and whose child does not stop within the grace period
@@ -19,7 +20,6 @@ heartbeat, enforce the time limits, and put the job in its terminal state.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -29,20 +29,22 @@ import sys
 import time
 from pathlib import Path
 
-from sqlalchemy import update
-
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_run
 from lcsb_service.errors import NotFound
 from lcsb_service.events import add_event, heartbeat
+from lcsb_service.job_records import owner_name, record_peak
 from lcsb_service.jobspec import fine_tuned_model_name
-from lcsb_service.models import Job, Owner
+from lcsb_service.models import Job
 from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
-from worker.allocator import ChildMalloc, child_malloc
 from worker.context import WorkerContext
 from worker.limits import Cage, create_cage
-from worker.outcome import INTERNAL_MESSAGE, Outcome, oom_message, read_outcome
+from worker.training.allocator import ChildMalloc, child_malloc
+from worker.training.outcome import INTERNAL_MESSAGE, Outcome, oom_message, read_outcome
+from worker.training.spec import CageSpec, ChildSpec
+
+CHILD_MODULE = "worker.training.child"   # `python -m` this, with the spec file's path
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
@@ -54,8 +56,7 @@ def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
     try:
         with ctx.db.session() as s:
             job = transitions.claim(s, job_id, worker=worker)
-            owner_row = s.get(Owner, job.owner_id) if job is not None else None
-            owner = owner_row.name if owner_row is not None else ""
+            owner = owner_name(s, job.owner_id) if job is not None else ""
     except NotFound:
         job = None
     if job is None:
@@ -102,18 +103,18 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
     cage = create_cage(job.id, wc.memory_mib, device=wc.device, configured_parent=settings.cgroup_parent,
                        address_space_slack_mib=settings.address_space_slack_mib)
     limit = settings.job_time_limit_s
-    spec = {"job_id": job.id, "database_url": settings.resolved_database_url,
-            "storage_url": settings.resolved_storage_url, "model_dirs": [str(p) for p in settings.resolved_model_dirs],
-            "run_dir": str(run_dir), "device": wc.device, "cage": cage.to_spec(), "parent_pid": os.getpid(),
-            "result_path": str(work / "outcome.json"), "fine_tuned_model": fine_tuned_model, "time_limit_s": limit}
+    spec = ChildSpec(job_id=job.id, database_url=settings.resolved_database_url,
+                     storage_url=settings.resolved_storage_url,
+                     model_dirs=tuple(str(p) for p in settings.resolved_model_dirs), run_dir=str(run_dir),
+                     device=wc.device, cage=CageSpec(**cage.to_spec()), parent_pid=os.getpid(),
+                     result_path=str(work / "outcome.json"), fine_tuned_model=fine_tuned_model, time_limit_s=limit)
     spec_path = work / "spec.json"
-    spec_path.touch(mode=0o600)
-    spec_path.write_text(json.dumps(spec))
+    spec.write(spec_path)
     proc = None
     malloc = child_malloc(settings.worker_malloc) if wc.device == "cpu" else ChildMalloc("glibc")
     try:
         with open(work / "child.log", "wb") as child_log:
-            proc = subprocess.Popen([sys.executable, "-m", "worker.child", str(spec_path)], stdout=child_log,
+            proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, str(spec_path)], stdout=child_log,
                                     stderr=subprocess.STDOUT, env=_child_env(settings, malloc))
         _event(ctx, job.id, f"Training process started, memory cap {wc.memory_mib} MiB ({cage.describe()}), "
                f"on {wc.device}, C allocator {malloc.describe()}",
@@ -199,7 +200,7 @@ def conclude(ctx: WorkerContext, job: Job, outcome: Outcome, fine_tuned_model: s
     with ctx.db.session() as s:
         current = transitions.lock_job(s, job.id)
         if outcome.peak_memory_mib is not None and current.status == JobStatus.RUNNING:
-            s.execute(update(Job).where(Job.id == job.id).values(peak_memory_mib=round(outcome.peak_memory_mib, 1)))
+            record_peak(s, job.id, outcome.peak_memory_mib)
         if current.status != JobStatus.RUNNING:
             note = ("Training stopped: the job was cancelled; its checkpoints are kept"
                     if outcome.status == JobStatus.CANCELLED

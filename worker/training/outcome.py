@@ -6,8 +6,8 @@
         DataError                   invalid_file   (param: the file's request field, `err.field`,
                                                     else training_file)
         DivergenceError             nan_loss       (the public codes are the core errors' `code`s)
-        finite divergence with      diverged       (worker.divergence; without the option the job
-        method.stop_on_divergence                   succeeds with a `diverged` warning)
+        finite divergence with      diverged       (worker.training.divergence; without the option
+        method.stop_on_divergence                   the job succeeds with a `diverged` warning)
         time limit                  timeout        (soft: asked to stop; hard: killed)
         MemoryError, CUDA OOM,      oom            (with the measured peak)
         a kernel OOM kill

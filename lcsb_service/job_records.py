@@ -1,0 +1,89 @@
+"""What a worker reads from and writes to a job row while it runs the job (the worker itself holds no
+SQL: docs/ARCHITECTURE.md). Every function takes an open session; the caller commits (the session
+context of `lcsb_service.db.Database.session`).
+
+    inputs = job_inputs(s, job_id)              # the job and its uploads, readable after the session
+    record_data_report(s, job_id, report)       # what training will see of each file
+    set_warnings(s, job_id, [verdict])          # e.g. a finite divergence (worker.training.divergence)
+    record_peak(s, job_id, 1530.25)             # peak memory in MiB, rounded to 0.1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from lcsb_service.errors import NotFound
+from lcsb_service.models import File, Job, Owner
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """A job row and its uploads, detached from their session (read-only snapshots)."""
+
+    job: Job
+    training_file: File
+    validation_file: File | None
+
+    def uploads(self) -> dict[str, File]:
+        """The uploads by request field: `training_file`, and `validation_file` when the job has one."""
+        found = {"training_file": self.training_file, "validation_file": self.validation_file}
+        return {role: row for role, row in found.items() if row is not None}
+
+
+def job_inputs(session: Session, job_id: str) -> JobInputs:
+    """The job `job_id` and its training and validation file rows, expunged from `session` so they stay
+    readable after it closes.
+
+    Raises:
+        NotFound: no such job, or its training file row is gone.
+    """
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id!r} not found")
+    train = session.get(File, job.training_file)
+    if train is None:
+        raise NotFound(f"training file {job.training_file!r} of job {job_id} not found")
+    valid = session.get(File, job.validation_file) if job.validation_file else None
+    for row in (job, train, valid):
+        if row is not None:
+            session.expunge(row)
+    return JobInputs(job, train, valid)
+
+
+def job_method(session: Session, job_id: str) -> dict[str, Any]:
+    """The job's `method` options (e.g. `stop_on_divergence`); {} when it has none.
+
+    Raises:
+        NotFound: no such job.
+    """
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id!r} not found")
+    return dict(job.method or {})
+
+
+def owner_name(session: Session, owner_id: str) -> str:
+    """The owner's name (part of a fine-tuned model's name); "" when the owner row is gone."""
+    owner = session.get(Owner, owner_id)
+    return owner.name if owner is not None else ""
+
+
+def record_data_report(session: Session, job_id: str, report: dict[str, Any]) -> None:
+    """Store the job's `data_report`: per request field (`training_file`, `validation_file`), the
+    dataset check's report as JSON (`lcsb_core.data.report.ValidationReport.to_dict` with the upload's
+    name and id)."""
+    session.execute(update(Job).where(Job.id == job_id).values(data_report=report))
+
+
+def set_warnings(session: Session, job_id: str, warnings: list[dict[str, Any]]) -> None:
+    """Replace the job's `warnings` (shown on the job object), e.g. `[{"code": "diverged", ...}]`."""
+    session.execute(update(Job).where(Job.id == job_id).values(warnings=warnings))
+
+
+def record_peak(session: Session, job_id: str, peak_mib: float) -> None:
+    """Store the run's measured peak memory (MiB, rounded to 0.1 MiB) on the job."""
+    session.execute(update(Job).where(Job.id == job_id).values(peak_memory_mib=round(peak_mib, 1)))

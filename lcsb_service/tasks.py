@@ -1,0 +1,33 @@
+"""The one list of task names and worker kinds: what the API sends by and what the workers register.
+
+    TaskName.RUN_TRAINING_JOB    "lcsb.run_job"  (job_id)  claim and run one training job
+    TaskName.SWEEP               "lcsb.reap"     ()        one sweeper pass (`lcsb_service.sweeper`)
+
+    WorkerKind.TRAINING          `python -m worker --kind training` (the default): `worker/training/`
+
+The names on the wire are unchanged from before this list existed (messages already queued still
+match). A task's arguments are ids only (JSON). Queue names are not fixed here: each worker class of
+`Settings.worker_classes` names its queue, and a job is sent to the queue of its memory class
+(`Job.queue`); the sweeper task runs on the app's default queue (the first class's).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskName(StrEnum):
+    """A Celery task's registered name (`shared_task(name=...)`, `send_task(...)`)."""
+
+    RUN_TRAINING_JOB = "lcsb.run_job"
+    SWEEP = "lcsb.reap"
+
+
+class WorkerKind(StrEnum):
+    """A kind of worker: a folder under `worker/` with its own task module (`worker.<kind>.tasks`)."""
+
+    TRAINING = "training"
+
+
+# The tasks each kind of worker serves (besides the shared sweeper task, which every worker registers).
+KIND_TASKS: dict[WorkerKind, tuple[TaskName, ...]] = {WorkerKind.TRAINING: (TaskName.RUN_TRAINING_JOB,)}

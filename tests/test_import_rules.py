@@ -1,0 +1,98 @@
+"""Every import rule of docs/ARCHITECTURE.md ("Packages and who imports whom"), read from the source: each
+module of a package is parsed and every import statement in it (module level or inside a function,
+relative ones resolved) is checked against its package's rule. The layers, bottom to top:
+
+    lcsb_core                       the trainer; imports no service code
+    lcsb_service                    imports lcsb_core's torch-free parts; no api, no worker
+    api | worker/<kind> | ...       side by side: api imports no torch and no worker; the shared worker
+                                    modules (worker/*.py) import no kind's folder
+    bench                           on top; imports no tests
+    lcsb_client                     beside them all: no torch, no service code (the core's commands
+                                    import lcsb_core inside a function, only with the `train` extra)
+
+The API's runtime imports (no torch once the app is built) are tested by
+tests/api/test_import_hygiene.py; the SQL rule there too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = {"torch", "transformers", "peft", "bitsandbytes"}
+SERVICE = {"lcsb_service", "api", "worker"}
+
+# (the modules a rule covers, the modules they must not import, the rule in words)
+RULES = {
+    "api": ("api", HEAVY | {"worker"}, "api imports no torch and no worker module"),
+    "lcsb_core": ("lcsb_core", SERVICE | {"lcsb_client"}, "lcsb_core imports no service, api, worker or client code"),
+    "lcsb_service": ("lcsb_service", {"api", "worker", "lcsb_client"}, "lcsb_service imports no api or worker"),
+    "lcsb_client": ("lcsb_client", HEAVY | SERVICE, "lcsb_client imports no torch and no service code"),
+    "worker_shared": ("worker/*.py", {"worker.training"}, "the shared worker modules import no kind's folder"),
+    "bench": ("bench", {"tests"}, "bench imports no tests"),
+}
+
+
+def module_name(path: Path) -> str:
+    """`worker/training/child.py` -> `worker.training.child`; a package's `__init__.py` -> the package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_in(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in `source`, which is module `module`; relative imports
+    resolved; `from a import b` gives `a.b` (b may be a module)."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
+            found += [(node.lineno, f"{base}.{a.name}" if base else a.name) for a in node.names]
+    return found
+
+
+def forbidden(imported: str, banned: set[str]) -> bool:
+    """Whether `imported` is one of `banned` or inside one of them (`torch.nn` is inside `torch`)."""
+    return any(imported == b or imported.startswith(b + ".") for b in banned)
+
+
+def violations(where: str, banned: set[str]) -> list[str]:
+    """"path:line imports module" for each import of a `banned` module in the modules of `where` (a
+    package folder, or a glob such as `worker/*.py`)."""
+    paths = sorted(ROOT.glob(where)) if "*" in where else sorted((ROOT / where).rglob("*.py"))
+    assert paths, f"no modules in {where}"
+    found = []
+    for path in paths:
+        names = imports_in(path.read_text(), module_name(path), path.name == "__init__.py")
+        found += [f"{path.relative_to(ROOT)}:{line} imports {name}" for line, name in names if forbidden(name, banned)]
+    return found
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_import_rule(rule):
+    where, banned, words = RULES[rule]
+    assert violations(where, banned) == [], words
+
+
+def test_the_rules_see_every_kind_of_import():
+    source = ("import os, torch.nn as nn\n"
+              "from worker import tasks\n"
+              "from . import jobs\n"
+              "from ..training.child import main\n"
+              "def f():\n"
+              "    import tests.api.conftest\n"
+              "    from lcsb_service.db import Database\n")
+    found = imports_in(source, "worker.training.supervisor")
+    assert found == [(1, "os"), (1, "torch.nn"), (2, "worker.tasks"), (3, "worker.training.jobs"),
+                     (4, "worker.training.child.main"), (6, "tests.api.conftest"), (7, "lcsb_service.db.Database")]
+    assert imports_in("from . import spec\n", "worker.training", is_package=True) == [(1, "worker.training.spec")]
+    assert [n for _, n in found if forbidden(n, HEAVY | {"worker", "tests"})] == [
+        "torch.nn", "worker.tasks", "worker.training.jobs", "worker.training.child.main", "tests.api.conftest"]
+    assert not forbidden("workers_pool", {"worker"}) and not forbidden("torchvision", {"torch"})

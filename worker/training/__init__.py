@@ -1,0 +1,12 @@
+"""The training worker (`python -m worker --kind training`): runs fine-tuning jobs.
+
+    tasks.py       TaskName.RUN_TRAINING_JOB(job_id)
+    supervisor.py  claim -> training child under the memory cap -> heartbeat, time limits -> end state
+    spec.py        ChildSpec: what the supervisor hands the child (typed, validated JSON)
+    child.py       the training process (`python -m worker.training.child spec.json`): trainer + JobReporter
+    allocator.py   the child's C allocator (jemalloc or glibc)
+    datacheck.py   the child's dataset check with the model's tokenizer, recorded on the job
+    reporter.py    trainer callback: events, progress, checkpoints, per-step cancel check
+    divergence.py  trainer callback: a finite divergence -> warning, or a stop
+    outcome.py     how a run ended -> error codes (invalid_file, nan_loss, timeout, oom, worker_lost, ...)
+"""

@@ -1,0 +1,20 @@
+"""The training worker's task (registered by name; arguments are ids only).
+
+    TaskName.RUN_TRAINING_JOB ("lcsb.run_job", job_id)   claim and run one job
+                                                          (`worker.training.supervisor.run_job`)
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from lcsb_service.tasks import TaskName
+from worker.context import worker_context
+from worker.training import supervisor
+
+
+@shared_task(name=TaskName.RUN_TRAINING_JOB.value, bind=True, acks_late=True, ignore_result=True)
+def run_job(self, job_id: str) -> str:
+    """Run the job `job_id` once; a repeated delivery returns "skipped"."""
+    ctx = worker_context(self.app)
+    return supervisor.run_job(ctx, job_id, worker=self.request.hostname or ctx.hostname)

@@ -25,12 +25,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import update
-
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_service.db import Database
-from lcsb_service.events import add_event
-from lcsb_service.models import Job
+from lcsb_service.events import add_event, add_warning
 
 TRAIN_FACTOR = 3.0   # recent mean train loss / the first step's loss
 EVAL_FACTOR = 1.25   # eval loss / first eval loss
@@ -109,6 +106,6 @@ class DivergenceWatch(TrainerCallback):
             with self.db.session() as s:
                 add_event(s, self.job_id, f"{self.verdict['message']}; {action}", level="warn",
                           data={k: v for k, v in self.verdict.items() if k != "message"})
-                s.execute(update(Job).where(Job.id == self.job_id).values(warnings=[self.verdict]))
+                add_warning(s, self.job_id, self.verdict)
         except Exception:  # a database blip must not end the run; the summary still says so
             log.warning("job %s: could not record the divergence", self.job_id, exc_info=True)

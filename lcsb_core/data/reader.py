@@ -3,8 +3,8 @@
 It never holds more than one line (at most `limits.max_line_bytes`) in memory, so a 1 GB file is read
 in flat memory. It accepts a UTF-8 byte-order mark, CRLF line ends, whitespace-only lines (skipped and
 counted) and a missing final newline; a line that is not valid UTF-8 or is too long becomes an error on
-that line, and reading goes on. File-level problems (too large, too many lines, UTF-16 with or without a byte-order mark) stop reading
-and are left in `reader.file_error`.
+that line, and reading goes on. File-level problems (too large, too many lines, UTF-16 with or without
+a byte-order mark) stop reading and are left in `reader.file_error`.
 
     reader = LineReader(path, ValidationLimits())
     for line in reader:            # only non-blank lines

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
+from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import (
     DEFAULT_FRACTION,
     DEFAULT_REFRESH_EVERY,
@@ -198,14 +199,17 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
 
-    def check_honoured(self) -> None:
+    def check_honoured(self, train_examples: int | None = None) -> None:
         """Rules between fields for a run that reads its data from the files in `data`: every setting
-        must take effect. Periodic evaluation (`eval_every` > 0) needs `data.validation_file`;
-        `eval_every`, `save_every`, `optim.warmup_steps` and a given `lcsb.full_every` must not exceed
-        `max_steps` when it is set (the default N applies as it can: a job shorter than N steps runs only
-        `topfull`'s top-k steps).
-        The service checks this at job creation and `setup.load_datasets` before reading the files;
-        library callers that pass datasets in memory (tests, benchmarks) need not.
+        must take effect. Periodic evaluation (`eval_every` > 0) needs `data.validation_file`; and
+        `eval_every`, `save_every`, `optim.warmup_steps` and a given `lcsb.full_every` must fit in the
+        run (`unreachable_settings`): within `max_steps` when it is set, and, when `train_examples` (the
+        training file's example count) is known, within the run's real number of steps
+        (`lcsb_core.run_length.planned_steps`). The default `full_every` applies as it can: a job shorter
+        than N steps runs only `topfull`'s top-k steps.
+        The service checks this at job creation (with the upload's example count) and
+        `setup.load_datasets` before reading the files; library callers that pass datasets in memory
+        (tests, benchmarks) need not.
 
         Raises:
             ConfigError: the first rule broken, naming the fields.
@@ -213,18 +217,53 @@ class TrainConfig:
         _check(self.eval_every == 0 or bool(self.data.validation_file), "eval_every",
                f"is {self.eval_every}, but periodic evaluation needs {{data.validation_file}}; give a validation "
                "file or set {eval_every} to 0", ("data.validation_file", "eval_every"))
+        problems = self.unreachable_settings(train_examples)
+        if problems:
+            raise problems[0]
+
+    def total_steps(self, train_examples: int | None) -> int | None:
+        """The run's optimizer steps for `train_examples` training examples (`run_length.planned_steps`,
+        the trainer's own count); with the count unknown (None), `max_steps` when it alone bounds the
+        run, else None."""
+        if train_examples is None:
+            return self.max_steps if self.epochs is None else None
+        return planned_steps(train_examples, self.batch_size, self.gradient_accumulation_steps, self.epochs,
+                             self.max_steps)
+
+    def unreachable_settings(self, train_examples: int | None = None) -> list[ConfigError]:
+        """One ConfigError per setting that needs more optimizer steps than the run has: `eval_every`,
+        `save_every` (would never happen), `optim.warmup_steps` (the learning rate would never reach its
+        value), a given `lcsb.full_every` (no full backward step). The run's length is `max_steps` when
+        `train_examples` is None, else `total_steps(train_examples)`; each message says which bound it
+        is (`{max_steps}`, or the examples, batch size and epochs), with the fields as placeholders."""
+        steps = self.total_steps(train_examples) if train_examples is not None else self.max_steps
+        if steps is None:
+            return []
+        mentions: tuple[str, ...]
+        if self.max_steps is not None and steps == self.max_steps:
+            bound, mentions = f"{{max_steps}} ({steps})", ("max_steps",)
+        else:
+            bound, mentions = self._length_reason(steps, train_examples or 0)
+        checks = [("eval_every", self.eval_every, "it would never happen"),
+                  ("save_every", self.save_every, "it would never happen"),
+                  ("optim.warmup_steps", self.optim.warmup_steps, "the learning rate would never reach its value"),
+                  ("lcsb.full_every", self.lcsb.full_every or 0, "no full backward step would run")]
+        return [ConfigError(name, f"is {value}, more than {bound}: {why}", mentions=mentions)
+                for name, value, why in checks if value > steps]
+
+    def _length_reason(self, steps: int, train_examples: int) -> tuple[str, tuple[str, ...]]:
+        """"the run's 3 optimizer steps (12 training examples in batches of {batch_size} 4 for {epochs} 1)"
+        and the fields it mentions."""
+        epochs = 1.0 if self.epochs is None else self.epochs
+        ga = self.gradient_accumulation_steps
+        per_step = f", {{gradient_accumulation_steps}} {ga} batches a step" if ga > 1 else ""
+        text = (f"the run's {steps} optimizer step{'s' if steps != 1 else ''} ({train_examples} training examples "
+                f"in batches of {{batch_size}} {self.batch_size}{per_step} for {{epochs}} {epochs:g}")
+        mentions: tuple[str, ...] = ("batch_size", "epochs") + (("gradient_accumulation_steps",) if ga > 1 else ())
         if self.max_steps is not None:
-            for name in ("eval_every", "save_every"):
-                _check(getattr(self, name) <= self.max_steps, name,
-                       f"is {getattr(self, name)}, more than {{max_steps}} ({self.max_steps}): it would never happen",
-                       ("max_steps",))
-            _check(self.optim.warmup_steps <= self.max_steps, "optim.warmup_steps",
-                   f"is {self.optim.warmup_steps}, more than {{max_steps}} ({self.max_steps}): the learning rate "
-                   "would never reach its value", ("max_steps",))
-            every = self.lcsb.full_every  # a given N only: with the default, a job shorter than N is `top`
-            _check(every is None or every <= self.max_steps, "lcsb.full_every",
-                   f"is {every}, more than {{max_steps}} ({self.max_steps}): no full backward step would run",
-                   ("max_steps",))
+            text += f"; {{max_steps}} {self.max_steps} is not reached"
+            mentions += ("max_steps",)
+        return text + ")", mentions
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrainConfig:

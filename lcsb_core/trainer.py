@@ -29,6 +29,7 @@ from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
+from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import schedule_for
 from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
@@ -90,16 +91,14 @@ class Trainer:
         self.tracker = UpdateTracker(self.selective.params_by_layer)
         self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
-        self.batches_per_epoch = num_batches(self.train_dataset, cfg.batch_size)
         self.total_steps = self._total_steps()
         self._ready = True
 
     def _total_steps(self) -> int:
+        """The run's optimizer steps: `run_length.planned_steps`, the count the service checks jobs by."""
         cfg = self.config
-        epochs = cfg.epochs if cfg.epochs is not None else (None if cfg.max_steps else 1.0)
-        by_epochs = (max(1, int(epochs * self.batches_per_epoch) // cfg.gradient_accumulation_steps)
-                     if epochs is not None else None)
-        return min(s for s in (cfg.max_steps, by_epochs) if s is not None)
+        return planned_steps(len(self.train_dataset.examples), cfg.batch_size, cfg.gradient_accumulation_steps,
+                             cfg.epochs, cfg.max_steps)
 
     def _batches(self, dataset, *, epoch: int, shuffle: bool) -> Iterator[dict[str, torch.Tensor]]:
         """Batches of `dataset` on the device, padded/packed as the config says."""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from lcsb_service.catalog import find_model
 from lcsb_service.errors import InvalidRequest
-from lcsb_service.jobs import usable_file
+from lcsb_service.jobs import upload_examples, usable_file
 from lcsb_service.jobspec import build_spec
 from lcsb_service.settings import Settings
 
@@ -22,7 +22,8 @@ ESTIMATE_SEED = 0  # the seed changes nothing the estimate reads
 
 def estimate_job(session: Session, settings: Settings, *, owner_id: str, request: dict[str, Any]) -> dict[str, Any]:
     """The memory estimate (MiB by component, the worker class's cap) and the queue a job with this
-    create body would get, plus its resolved hyperparameters and method.
+    create body would get, plus its resolved hyperparameters and method and its optimizer steps
+    (`total_steps`, None for a `.txt` corpus until the worker tokenizes it).
 
     Raises:
         InvalidRequest: unknown model, unusable file, a value the trainer refuses (400, `param` names
@@ -33,10 +34,11 @@ def estimate_job(session: Session, settings: Settings, *, owner_id: str, request
     if model is None:
         raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
                              code="model_not_found", param="model")
-    usable_file(session, owner_id, request["training_file"], "training_file")
+    train = usable_file(session, owner_id, request["training_file"], "training_file")
     if request.get("validation_file"):
         usable_file(session, owner_id, request["validation_file"], "validation_file")
-    spec = build_spec({**request, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate")
+    spec = build_spec({**request, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate",
+                      train_examples=upload_examples(train))
     return {"object": "fine_tuning.job.estimate", "model": model.name, "queue": spec.queue,
             "memory_estimate": spec.memory_estimate, "hyperparameters": spec.hyperparameters,
-            "method": spec.method}
+            "method": spec.method, "total_steps": spec.total_steps}

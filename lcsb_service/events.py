@@ -63,6 +63,14 @@ def record_progress(session: Session, job_id: str, *, steps_completed: int, tota
     session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING).values(**values))
 
 
+def add_warning(session: Session, job_id: str, entry: dict[str, Any]) -> None:
+    """Append `entry` (a dict with at least `code` and `message`) to the job's `warnings`, keeping the
+    ones already there (the row is locked for the read-modify-write on PostgreSQL)."""
+    job = session.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one()
+    job.warnings = [*(job.warnings or []), entry]
+    session.flush()
+
+
 def heartbeat(session: Session, job_id: str) -> None:
     """Mark a running job alive (the reaper fails jobs whose heartbeat is too old)."""
     now = utcnow()

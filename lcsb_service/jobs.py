@@ -51,6 +51,15 @@ def usable_file(session: Session, owner_id: str, file_id: str, param: str) -> Fi
     return row
 
 
+def upload_examples(row: File) -> int | None:
+    """The training examples an uploaded JSONL file holds (its stored validation report's valid
+    examples: what the run's length is computed from at creation); None for a `.txt` corpus, whose
+    examples are packed blocks that only the model's tokenizer can count."""
+    report = row.validation or {}
+    count = report.get("valid_examples")
+    return count if report.get("file_type") == "jsonl" and isinstance(count, int) and count > 0 else None
+
+
 def _existing(session: Session, owner_id: str, key: str, digest: str) -> Job | None:
     job = session.execute(select(Job).where(Job.owner_id == owner_id, Job.idempotency_key == key)).scalar_one_or_none()
     if job is not None and job.request_hash != digest:
@@ -68,6 +77,15 @@ def _validated_event(session: Session, job_id: str, role: str, row: File) -> Non
     add_event(session, job_id, f"Validated {role} file: {row.id}{counts}" + "".join(f"; {w}" for w in warnings),
               level="warn" if warnings else "info",
               data={"file": row.id, "warnings": warnings, "ignored_keys": report.get("ignored_keys") or {}})
+
+
+def _run_length(spec, train: File) -> str:  # a JobSpec
+    """"12 optimizer steps (45 examples, batch size 4, 1 epoch(s))", or why the count waits for the worker."""
+    hp = spec.hyperparameters
+    if spec.total_steps is None:
+        return "optimizer steps counted once the worker has tokenized the corpus"
+    return (f"{spec.total_steps} optimizer steps ({upload_examples(train)} examples, batch size {hp['batch_size']}, "
+            f"{hp['n_epochs']} epoch(s)" + (f", max_steps {hp['max_steps']}" if hp.get("max_steps") else "") + ")")
 
 
 def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owner_id: str,
@@ -100,7 +118,7 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     job_id = new_id("ftjob")
     seed = request.get("seed")
     seed = secrets.randbelow(2**31) if seed is None else seed
-    spec = build_spec({**request, "seed": seed}, model, settings, job_id)
+    spec = build_spec({**request, "seed": seed}, model, settings, job_id, train_examples=upload_examples(train))
     now = utcnow()
     job = Job(id=job_id, owner_id=owner_id, model=model.name, training_file=train.id,
               validation_file=request.get("validation_file"), status=JobStatus.QUEUED, seed=seed,
@@ -108,7 +126,7 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
               metadata_=request.get("metadata"), hyperparameters=spec.hyperparameters, method=spec.method,
               train_config=spec.train_config, memory_estimate=spec.memory_estimate, queue=spec.queue,
               idempotency_key=idempotency_key, request_hash=digest, result_files=[], steps_completed=0,
-              created_at=now, updated_at=now)
+              total_steps=spec.total_steps, created_at=now, updated_at=now)
     session.add(job)
     try:
         session.flush()
@@ -123,8 +141,9 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
         if row is not None:
             _validated_event(session, job_id, role, row)
     est = spec.memory_estimate
-    add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: estimated peak memory "
-              f"{est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)", data={"memory_estimate": est})
+    add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: {_run_length(spec, train)}, estimated "
+              f"peak memory {est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)",
+              data={"memory_estimate": est, "total_steps": spec.total_steps})
     enqueue_after_commit(session, enqueuer, job_id, spec.queue)
     return job, True
 

@@ -20,8 +20,9 @@ Mapping (API -> TrainConfig):
     method.on_truncation                                                -> data.on_truncation
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
-fields, its cross-field rules (`TrainConfig.check_honoured`), `k` against the model's layer count,
-`max_seq_len` against its context. Errors name the request's fields, not the trainer's.
+fields, its cross-field rules (`TrainConfig.check_honoured`, with the training file's example count: an
+interval longer than the run's real number of optimizer steps is refused), `k` against the model's
+layer count, `max_seq_len` against its context. Errors name the request's fields, not the trainer's.
 
 Defaults: a field the request leaves out is left out of the trainer's input too, so `TrainConfig` (and
 its sections' dataclass defaults) is the one home of every default; this module resolves only OpenAI's
@@ -61,6 +62,7 @@ class JobSpec:
     method: dict[str, Any]
     memory_estimate: dict[str, Any]
     queue: str
+    total_steps: int | None = None  # optimizer steps; None when the example count is not known yet
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -68,8 +70,9 @@ def request_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _request_name(field: str) -> str:
-    """A trainer field ("lora.rank", "eval_every") as the request names it ("method.lora.rank")."""
+def request_name(field: str) -> str:
+    """A trainer field ("lora.rank", "eval_every") as the request names it ("method.lora.rank"); a field
+    the request has no name for is returned unchanged."""
     for prefix in sorted(_PARAM_OF_SECTION, key=len, reverse=True):
         if field == prefix or field.startswith(prefix + "."):
             return _PARAM_OF_SECTION[prefix] + field[len(prefix):]
@@ -79,8 +82,8 @@ def _request_name(field: str) -> str:
 def _request_error(exc: ConfigError) -> InvalidRequest:
     """The trainer's ConfigError restated with the request's field names: its `field` (in `param`
     when the request has a name for it) and the fields its message mentions."""
-    param = _request_name(exc.field) if exc.field else None
-    return InvalidRequest(exc.describe(_request_name), code="invalid_hyperparameters",
+    param = request_name(exc.field) if exc.field else None
+    return InvalidRequest(exc.describe(request_name), code="invalid_hyperparameters",
                           param=param if param != exc.field else None)
 
 
@@ -135,8 +138,11 @@ def _given(values: dict[str, Any], *names: str) -> dict[str, Any]:
     return {n: values[n] for n in names if values.get(n) is not None}
 
 
-def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str) -> JobSpec:
+def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str, *,
+               train_examples: int | None = None) -> JobSpec:
     """Validate a job request against the model and the trainer's config; estimate memory; route it.
+    With `train_examples` (the training file's example count, known at upload for JSONL), the run's
+    real number of optimizer steps is computed (`JobSpec.total_steps`) and every interval must fit in it.
 
     Raises:
         InvalidRequest: a value the trainer refuses (the param names the request field).
@@ -162,7 +168,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     }
     try:
         cfg = TrainConfig.from_dict(raw)
-        cfg.check_honoured()
+        cfg.check_honoured(train_examples)
         schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
         _check_schedule_options(method.get("lcsb") or {}, schedule)
     except ConfigError as exc:
@@ -171,7 +177,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     estimate, queue = route(model, cfg, schedule, settings)
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
-                   memory_estimate=estimate, queue=queue)
+                   memory_estimate=estimate, queue=queue, total_steps=cfg.total_steps(train_examples))
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:

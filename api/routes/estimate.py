@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.deps import OwnerDep, SessionDep, SettingsDep
 from api.schemas.common import errors
@@ -18,7 +18,8 @@ router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["fine-tuning"])
 
 class JobEstimate(BaseModel):
     """`memory_estimate`: MiB by component, `total_mib`, `required_mib` (with headroom) and the chosen
-    class's `memory_cap_mib`; `queue`: that worker class; the resolved hyperparameters and method."""
+    class's `memory_cap_mib`; `queue`: that worker class; the resolved hyperparameters and method;
+    `total_steps`: the run's optimizer steps."""
 
     object: str = "fine_tuning.job.estimate"
     model: str
@@ -26,6 +27,9 @@ class JobEstimate(BaseModel):
     memory_estimate: dict[str, Any]
     hyperparameters: dict[str, Any]
     method: dict[str, Any]
+    total_steps: int | None = Field(default=None, description=(
+        "the run's optimizer steps, from the training file's examples, batch size, epochs and max_steps; "
+        "null for a .txt corpus (its packed blocks are counted by the worker)"))
 
 
 @router.post("/estimate", response_model=JobEstimate, responses=errors(400, 401, 422))

@@ -173,7 +173,10 @@ class Progress(BaseModel):
     """Optimizer steps done / planned, the training process's peak memory (MiB) so far, last heartbeat."""
 
     steps_completed: int
-    total_steps: int | None = None
+    total_steps: int | None = Field(default=None, description=(
+        "the run's real number of optimizer steps (examples, batch size, epochs, max_steps): from the "
+        "upload's example count at creation, restated by the worker once the model's tokenizer has counted "
+        "the usable examples (a .txt corpus: null until then)"))
     percent: float | None = None
     peak_memory_mib: float | None = None
     heartbeat_at: int | None = None
@@ -207,7 +210,9 @@ class JobObject(BaseModel):
     queue: str
     warnings: list[dict[str, Any]] = Field(default_factory=list, description=(
         "what went wrong in a run that did not fail: `{code: \"diverged\", criterion, step, start, now, "
-        "message}` when the train or eval loss diverged without NaN"))
+        "message}` when the train or eval loss diverged without NaN; `{code: \"setting_not_honoured\", param, "
+        "total_steps, message}` when the worker found fewer usable examples than the upload, so a setting "
+        "(e.g. method.save_every) needs more steps than the run has"))
     data_report: dict[str, Any] | None = Field(default=None, description=(
         "the worker's check of the datasets with the model's tokenizer, per file (`training_file`, "
         "`validation_file`): examples, usable, truncated and dropped (no target token left) with their "

@@ -11,7 +11,6 @@ pass, so training never meets a data problem the report did not show.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ from lcsb_core.data.report import ValidationReport
 from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEncoder
 from lcsb_core.data.validator import TXT_SUFFIXES, scan_file
 from lcsb_core.errors import DataError
+from lcsb_core.run_length import batches_per_epoch
 
 
 @dataclass
@@ -102,8 +102,8 @@ def build_dataset(
 
 def num_batches(dataset: TokenizedDataset, batch_size: int) -> int:
     """How many batches `iter_batches(dataset, batch_size, ...)` yields in one epoch: one per
-    `batch_size` examples, the last partial batch kept."""
-    return math.ceil(len(dataset.examples) / batch_size)
+    `batch_size` examples, the last partial batch kept (`run_length.batches_per_epoch`)."""
+    return batches_per_epoch(len(dataset.examples), batch_size)
 
 
 def iter_batches(

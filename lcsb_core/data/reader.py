@@ -3,8 +3,8 @@
 It never holds more than one line (at most `limits.max_line_bytes`) in memory, so a 1 GB file is read
 in flat memory. It accepts a UTF-8 byte-order mark, CRLF line ends, whitespace-only lines (skipped and
 counted) and a missing final newline; a line that is not valid UTF-8 or is too long becomes an error on
-that line, and reading goes on. File-level problems (too large, too many lines, UTF-16) stop reading
-and are left in `reader.file_error`.
+that line, and reading goes on. File-level problems (too large, too many lines, UTF-16 with or without
+a byte-order mark) stop reading and are left in `reader.file_error`.
 
     reader = LineReader(path, ValidationLimits())
     for line in reader:            # only non-blank lines
@@ -24,7 +24,23 @@ from lcsb_core.data.limits import ValidationLimits
 
 _BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+UTF16_MESSAGE = "the file is UTF-16 encoded; save it as UTF-8"
+_SNIFF_BYTES = 64
 _CHUNK = 1 << 20
+
+
+def looks_like_utf16(head: bytes) -> bool:
+    """True when `head` (a file's first bytes, without a byte-order mark) reads as UTF-16 text: at
+    least half of its 2-byte units are an ASCII character next to a NUL byte (`{\\x00` little-endian,
+    `\\x00{` big-endian). UTF-8 JSON or text has no NUL bytes at all."""
+    head = head[:_SNIFF_BYTES]
+    units = len(head) // 2
+    if units < 2 or b"\x00" not in head:
+        return False
+    pairs = list(zip(head[0:2 * units:2], head[1:2 * units:2], strict=True))
+    little = sum(1 for a, b in pairs if 0 < a < 0x80 and b == 0)
+    big = sum(1 for a, b in pairs if a == 0 and 0 < b < 0x80)
+    return max(little, big) * 2 >= units
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,7 @@ class LineReader:
     def _lines(self, f) -> Iterator[PhysicalLine]:  # a binary file object
         max_line = self.limits.max_line_bytes
         number = 0
+        sniffed = False
         while True:
             raw = f.readline(max_line + 2)  # + room for "\r\n"
             if not raw:
@@ -95,10 +112,15 @@ class LineReader:
                         break
             if number == 1:
                 if raw.startswith(_UTF16_BOMS):
-                    self.file_error = "the file is UTF-16 encoded; save it as UTF-8"
+                    self.file_error = UTF16_MESSAGE
                     return
                 if raw.startswith(_BOM):
                     raw = raw[len(_BOM):]
+            if not sniffed and raw.strip():  # the first line with content: UTF-16 without a BOM?
+                sniffed = True
+                if looks_like_utf16(raw):
+                    self.file_error = UTF16_MESSAGE
+                    return
             content = raw.rstrip(b"\r\n") if raw.endswith(b"\n") else raw
             if too_long or len(content) > max_line:
                 yield PhysicalLine(number, None, f"the line is longer than {max_line:,} bytes")

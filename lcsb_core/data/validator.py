@@ -217,9 +217,19 @@ def _reference_digests(path: str | os.PathLike[str], limits: ValidationLimits, r
     return tracker.digests()
 
 
+def duplicates_warning(count: int, pairs: list[tuple[int, int]], shown: int = 5) -> str:
+    """The warning for `count` examples equal to an earlier one; `pairs` lists (line, first line)."""
+    listed = ", ".join(f"line {line} repeats line {first}" for line, first in pairs[:shown])
+    more = ", ..." if count > min(len(pairs), shown) else ""
+    return (f"{count} example(s) repeat an earlier one ({listed}{more}): each copy is trained on again, so it "
+            "weighs more; remove the copies unless that is meant")
+
+
 def _finish(report: ValidationReport, digests: DigestTracker, limits: ValidationLimits,
             reference_path: str | os.PathLike[str] | None) -> None:
     report.duplicates, report.duplicate_lines = digests.duplicates(limits.max_listed)
+    if report.duplicates:
+        report.warnings.append(duplicates_warning(report.duplicates, report.duplicate_lines))
     if reference_path is not None:
         ref = _reference_digests(reference_path, limits, report)
         report.reference_overlap, report.overlap_lines = digests.overlap(ref, limits.max_listed)

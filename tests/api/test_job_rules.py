@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.api.helpers import assert_error, create_job, job_ok, upload_ok
+from tests.api.helpers import assert_error, chat_lines, create_job, job_ok, upload_ok
 
 
 def test_periodic_eval_without_a_validation_file(client, alice):
@@ -20,12 +20,12 @@ def test_periodic_eval_without_a_validation_file(client, alice):
     assert job["method"]["eval_every"] == 2
 
 
-@pytest.mark.parametrize("body, param, fragment", [
-    ({"hyperparameters": {"max_steps": 5}, "method": {"save_every": 6}}, "method.save_every",
+@pytest.mark.parametrize("body, param, fragment", [  # 12 examples, batch 4: 3 steps an epoch; 2 epochs: 6 > 5
+    ({"hyperparameters": {"max_steps": 5, "n_epochs": 2}, "method": {"save_every": 6}}, "method.save_every",
      "is 6, more than hyperparameters.max_steps (5)"),
-    ({"hyperparameters": {"max_steps": 5}, "method": {"eval_every": 6}, "validation": True}, "method.eval_every",
-     "is 6, more than hyperparameters.max_steps (5)"),
-    ({"hyperparameters": {"max_steps": 5, "warmup_steps": 6}}, "hyperparameters.warmup_steps",
+    ({"hyperparameters": {"max_steps": 5, "n_epochs": 2}, "method": {"eval_every": 6}, "validation": True},
+     "method.eval_every", "is 6, more than hyperparameters.max_steps (5)"),
+    ({"hyperparameters": {"max_steps": 5, "n_epochs": 2, "warmup_steps": 6}}, "hyperparameters.warmup_steps",
      "is 6, more than hyperparameters.max_steps (5)"),
     ({"hyperparameters": {"max_steps": 2}, "method": {"lcsb": {"schedule": "topfull", "full_every": 4}}},
      "method.lcsb.full_every",
@@ -130,3 +130,51 @@ def test_schedule_options_the_schedule_does_not_use(client, alice, lcsb, param):
 @pytest.mark.parametrize("lcsb", [{"schedule": "cyclic", "k": 4}, {"schedule": "topfull", "k": 4, "full_every": 3}])
 def test_schedule_options_that_take_effect(client, alice, lcsb):
     assert job_ok(client, alice, method={"lcsb": lcsb})["method"]["lcsb"]["schedule"] == lcsb["schedule"]
+
+
+RUN = ("the run's 3 optimizer steps (12 training examples in batches of hyperparameters.batch_size 4 for "
+       "hyperparameters.n_epochs 1")  # the default upload: 12 examples, batch 4, 1 epoch
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({"method": {"save_every": 4}}, "method.save_every", f"is 4, more than {RUN}): it would never happen"),
+    ({"method": {"eval_every": 5}, "validation": True}, "method.eval_every",
+     f"is 5, more than {RUN}): it would never happen"),
+    ({"hyperparameters": {"warmup_steps": 10}}, "hyperparameters.warmup_steps",
+     f"is 10, more than {RUN}): the learning rate would never reach its value"),
+    ({"method": {"lcsb": {"schedule": "topfull", "full_every": 4}}}, "method.lcsb.full_every",
+     f"is 4, more than {RUN}): no full backward step would run"),
+    ({"hyperparameters": {"max_steps": 100}, "method": {"save_every": 50}}, "method.save_every",
+     f"is 50, more than {RUN}; hyperparameters.max_steps 100 is not reached): it would never happen"),
+])
+def test_intervals_beyond_the_runs_real_length(client, alice, body, param, fragment):
+    """The epochs end the run before max_steps (or with none): the upload's example count bounds it."""
+    f = upload_ok(client, alice)
+    body = dict(body)
+    if body.pop("validation", False):
+        body["validation_file"] = upload_ok(client, alice)["id"]
+    err = assert_error(create_job(client, alice, f["id"], **body), 400, "invalid_hyperparameters", param)
+    assert err["message"] == f"{param}: {fragment}"
+    estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers,
+                           json={"model": "SmolLM2-135M-Instruct", "training_file": f["id"], **body})
+    assert_error(estimate, 400, "invalid_hyperparameters", param)
+
+
+def test_the_real_step_count_is_on_the_job_and_the_estimate(client, alice):
+    f = upload_ok(client, alice, chat_lines(13))  # ceil(13 / 4) = 4 batches, the last partial one kept
+    body = {"hyperparameters": {"n_epochs": 3}, "method": {"save_every": 12, "lcsb": {"full_every": 12}}}
+    job = job_ok(client, alice, f["id"], **body)  # 12 steps: every interval fits, at the boundary
+    assert job["progress"]["total_steps"] == 12
+    estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers,
+                           json={"model": "SmolLM2-135M-Instruct", "training_file": f["id"], **body})
+    assert estimate.status_code == 200 and estimate.json()["total_steps"] == 12
+    capped = job_ok(client, alice, f["id"], hyperparameters={"n_epochs": 3, "max_steps": 5})
+    assert capped["progress"]["total_steps"] == 5
+
+
+def test_a_corpus_is_counted_by_the_worker(client, alice):
+    """A .txt corpus trains on packed blocks that only the model's tokenizer can count: the job is
+    accepted with no step count yet (the worker states it, and warns of a setting it cannot honour)."""
+    f = upload_ok(client, alice, b"A line of plain text.\n" * 12, filename="corpus.txt")
+    job = job_ok(client, alice, f["id"], method={"save_every": 1000})
+    assert job["progress"]["total_steps"] is None

@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import select
 
 from lcsb_service.models import Job
-from tests.api.helpers import assert_error, create_job, job_ok, upload_ok
+from tests.api.helpers import assert_error, chat_lines, create_job, job_ok, upload_ok
 
 
 def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
-    f = upload_ok(client, alice)
+    f = upload_ok(client, alice, chat_lines(24))  # 24 examples / 4 a batch x 2 epochs = 12 steps: save_every 10 fits
     job = job_ok(client, alice, f["id"], seed=7, suffix="demo", metadata={"team": "nlp"},
                  hyperparameters={"n_epochs": 2, "batch_size": "auto", "learning_rate_multiplier": 2},
                  method={"type": "supervised", "lora": {"rank": 8, "target_modules": ["q_proj", "v_proj"]},
@@ -28,7 +28,7 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     est = job["memory_estimate"]
     assert est["total_mib"] > 0 and est["required_mib"] <= est["memory_cap_mib"] and est["k"] == 6
     assert job["queue"] == "cpu-6g" == est["queue"]
-    assert job["progress"] == {"steps_completed": 0, "total_steps": None, "percent": None,
+    assert job["progress"] == {"steps_completed": 0, "total_steps": 12, "percent": 0.0,
                                "peak_memory_mib": None, "heartbeat_at": None}
     assert (job["id"], "cpu-6g") in app.state.enqueuer.calls
     with app.state.db.session() as s:
@@ -37,7 +37,9 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     assert cfg["optim"]["learning_rate"] == pytest.approx(2e-4) and cfg["save_every"] == 10 and cfg["epochs"] == 2
     events = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", headers=alice.headers).json()["data"]
     assert events[-1]["message"] == f"Created fine-tuning job: {job['id']}"
-    assert "queued on cpu-6g" in events[0]["message"]
+    assert events[0]["message"].startswith("Fine-tuning job queued on cpu-6g: 12 optimizer steps (24 examples, "
+                                           "batch size 4, 2 epoch(s)), estimated peak memory ")
+    assert events[0]["data"]["total_steps"] == 12
 
 
 @pytest.mark.parametrize("lcsb,per_step,full_every,exact", [

@@ -76,3 +76,43 @@ def test_ignored_keys_are_warned_at_upload_and_in_the_job(client, alice):
     [validated] = [e for e in events if e["message"].startswith(f"Validated training file: {f['id']}")]
     assert validated["level"] == "warn" and warning in validated["message"]
     assert validated["data"]["ignored_keys"] == {"messages[].name": {"count": 2, "lines": [2, 5]}}
+
+
+def test_a_repeated_key_is_rejected_at_upload(client, alice):
+    twice = (b'{"messages":[{"role":"user","content":"Is it safe?"},'
+             b'{"role":"assistant","content":"No.","weight":0,"weight":1}]}\n')
+    f = upload_ok(client, alice, chat_lines(12) + twice)
+    assert f["status"] == "error"
+    [err] = f["validation"]["errors"]
+    assert (err["line"], err["field"]) == (13, "messages[1].weight")
+    assert err["message"].startswith('the key "weight" appears more than once in the object at messages[1]')
+    assert 'line 13, field messages[1].weight: the key "weight" appears more than once' in f["status_details"]
+
+
+def test_nan_is_rejected_at_upload(client, alice):
+    f = upload_ok(client, alice, chat_lines(12) + b'{"prompt": "x", "completion": "y", "score": NaN}\n')
+    assert f["status"] == "error"
+    [err] = f["validation"]["errors"]
+    assert (err["line"], err["field"]) == (13, None)
+    assert err["message"].startswith("not valid JSON: NaN is not a JSON value")
+
+
+def test_utf16_without_a_bom_is_one_message_at_upload(client, alice):
+    for encoding in ("utf-16-le", "utf-16"):  # without, then with a byte-order mark: the same answer
+        f = upload_ok(client, alice, chat_lines(12).decode().encode(encoding))
+        assert f["status"] == "error" and f["validation"]["errors"] == []
+        assert f["validation"]["file_errors"] == ["the file is UTF-16 encoded; save it as UTF-8"]
+        assert f["status_details"] == "train.jsonl: the file is UTF-16 encoded; save it as UTF-8"
+
+
+def test_duplicates_are_warned_at_upload_and_in_the_job(client, alice):
+    lines = chat_lines(12).splitlines(keepends=True)
+    f = upload_ok(client, alice, b"".join(lines + [lines[0], lines[3]]))
+    assert f["status"] == "processed" and f["validation"]["duplicates"] == 2
+    [warning] = f["validation"]["warnings"]
+    assert warning.startswith("2 example(s) repeat an earlier one (line 13 repeats line 1, line 14 repeats line 4)")
+    job = job_ok(client, alice, f["id"])
+    events = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", headers=alice.headers).json()["data"]
+    [validated] = [e for e in events if e["message"].startswith(f"Validated training file: {f['id']}")]
+    assert validated["level"] == "warn" and warning in validated["message"]
+    assert validated["data"]["warnings"] == [warning]

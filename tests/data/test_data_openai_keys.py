@@ -127,9 +127,9 @@ def test_ignored_keys_are_warned_with_lines(tmp_path, tokenizer, line, key):
 
 
 def test_null_valued_keys_carry_nothing(tmp_path):
-    line = chat(u(name=None), a(tool_calls=None, function_call=None, refusal=None, audio=None, name=None),
-                tools=None, functions=[], parallel_tool_calls=None)
-    report = validate_file(_file(tmp_path, [line, line]), limits=SMALL)
+    rows = [chat(u(question, name=None), a(tool_calls=None, function_call=None, refusal=None, audio=None, name=None),
+                 tools=None, functions=[], parallel_tool_calls=None) for question in ("Paris?", "Rome?")]
+    report = validate_file(_file(tmp_path, rows), limits=SMALL)
     assert report.ok and report.warnings == [] and report.ignored_keys == {}
 
 

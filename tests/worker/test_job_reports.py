@@ -52,7 +52,10 @@ def test_dropped_examples_are_named_and_fail_on_request(make_settings, start_wor
     start_worker(settings)
     file_id = service.upload(rows_with_a_long_prompt())
     method = {"max_seq_len": 64}
-    job = service.create_job(file_id, method=method)
+    # batch size 1: 12 steps for the upload's 12 examples, so save_every 12 is accepted; the tokenizer
+    # leaves 11, and the run of 11 steps can never save at step 12: warned, the job goes on
+    job = service.create_job(file_id, method={**method, "save_every": 12}, hyperparameters={"batch_size": 1})
+    assert job["progress"]["total_steps"] == 12
     strict = service.create_job(file_id, method={**method, "on_truncation": "fail"})
 
     done = service.wait(job["id"], {"succeeded", "failed"}, JOB_BOUND_S)
@@ -70,7 +73,14 @@ def test_dropped_examples_are_named_and_fail_on_request(make_settings, start_wor
             f"to 64 tokens (lines {LONG_LINE})") in checked["message"]
     assert "messages[].name is ignored on 1 line(s) (1)" in checked["message"]
     [started] = [e for e in events if e["message"].startswith("Training started")]
-    assert started["data"]["train_examples"] == 11
+    assert started["data"]["train_examples"] == 11 and started["data"]["total_steps"] == 11
+    assert done["progress"]["total_steps"] == done["progress"]["steps_completed"] == 11
+    [unhonoured] = done["warnings"]
+    assert (unhonoured["code"], unhonoured["param"], unhonoured["total_steps"]) == (
+        "setting_not_honoured", "method.save_every", 11)
+    assert unhonoured["message"].startswith("method.save_every: is 12, more than the run's 11 optimizer steps (11 "
+                                            "training examples in batches of hyperparameters.batch_size 1 ")
+    assert any(e["level"] == "warn" and e["message"] == unhonoured["message"] for e in events)
 
     failed = service.wait(strict["id"], {"succeeded", "failed"}, JOB_BOUND_S)
     assert failed["status"] == "failed"

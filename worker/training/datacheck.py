@@ -17,6 +17,7 @@ from lcsb_service.db import Database
 from lcsb_service.events import add_event
 from lcsb_service.job_records import job_inputs, record_data_report
 from lcsb_service.models import File
+from lcsb_service.run_length import record_run_length
 
 ROLES = ("training_file", "validation_file")
 
@@ -76,4 +77,5 @@ def check_datasets(cfg, db: Database, job_id: str):  # TrainConfig, TokenizedDat
     found = {"training_file": train, "validation_file": evals}
     _record(db, job_id, {role: (uploads[role], found[role].report) for role in ROLES
                          if found[role] is not None and role in uploads})
+    record_run_length(db, job_id, cfg, len(train.examples))  # the real step count; warns of unreachable settings
     return train, evals

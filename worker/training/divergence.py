@@ -27,8 +27,7 @@ from typing import Any
 
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_service.db import Database
-from lcsb_service.events import add_event
-from lcsb_service.job_records import set_warnings
+from lcsb_service.events import add_event, add_warning
 
 TRAIN_FACTOR = 3.0   # recent mean train loss / the first step's loss
 EVAL_FACTOR = 1.25   # eval loss / first eval loss
@@ -107,6 +106,6 @@ class DivergenceWatch(TrainerCallback):
             with self.db.session() as s:
                 add_event(s, self.job_id, f"{self.verdict['message']}; {action}", level="warn",
                           data={k: v for k, v in self.verdict.items() if k != "message"})
-                set_warnings(s, self.job_id, [self.verdict])
+                add_warning(s, self.job_id, self.verdict)
         except Exception:  # a database blip must not end the run; the summary still says so
             log.warning("job %s: could not record the divergence", self.job_id, exc_info=True)

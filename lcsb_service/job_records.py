@@ -4,7 +4,6 @@ context of `lcsb_service.db.Database.session`).
 
     inputs = job_inputs(s, job_id)              # the job and its uploads, readable after the session
     record_data_report(s, job_id, report)       # what training will see of each file
-    set_warnings(s, job_id, [verdict])          # e.g. a finite divergence (worker.training.divergence)
     record_peak(s, job_id, 1530.25)             # peak memory in MiB, rounded to 0.1
 """
 
@@ -77,11 +76,6 @@ def record_data_report(session: Session, job_id: str, report: dict[str, Any]) ->
     dataset check's report as JSON (`lcsb_core.data.report.ValidationReport.to_dict` with the upload's
     name and id)."""
     session.execute(update(Job).where(Job.id == job_id).values(data_report=report))
-
-
-def set_warnings(session: Session, job_id: str, warnings: list[dict[str, Any]]) -> None:
-    """Replace the job's `warnings` (shown on the job object), e.g. `[{"code": "diverged", ...}]`."""
-    session.execute(update(Job).where(Job.id == job_id).values(warnings=warnings))
 
 
 def record_peak(session: Session, job_id: str, peak_mib: float) -> None:

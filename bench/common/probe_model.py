@@ -1,6 +1,6 @@
-"""Shared set-up of the gradient probes (`surrogate_gradient.py`, `nf4_repacking.py`): a few real GSM8K
-batches and SmolLM2-135M-Instruct in NF4 with LoRA whose B matrices are small random values (at
-initialization B = 0, so A would get no gradient)."""
+"""Set-up of the gradient probe bench/surrogate_gradient.py (and of bench/nf4_repacking.py until commit
+f538568): a few real GSM8K batches and SmolLM2-135M-Instruct in NF4 with LoRA whose B matrices are small random
+values (at initialization B = 0, so A would get no gradient)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from pathlib import Path
 
 import torch
 
+from bench.common.paths import DATA
 from lcsb_core.config import LoraSettings
 from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches
 from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_model_path
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def gsm8k_batches(tokenizer, n_examples: int, scratch: Path) -> list[dict[str, torch.Tensor]]:

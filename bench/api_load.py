@@ -33,17 +33,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lcsb_core.models.tiny import TINY, build_tiny_models  # noqa: E402
 from lcsb_service.db import Database  # noqa: E402
+from lcsb_service.devserver import fresh_postgres_database, migrate, settings_env, start_api  # noqa: E402
 from lcsb_service.keys import create_key  # noqa: E402
 from lcsb_service.settings import Settings, WorkerClass  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
+PG_ADMIN_URL = os.environ.get("LCSB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SECRET = "bench-secret-" + "x" * 20
 _TLS = ssl.create_default_context()  # one for all clients (loopback is plain HTTP; building one per client is slow)
 
@@ -127,18 +132,9 @@ async def hold_streams(url: str, path: str, headers: dict[str, str], streams: in
     return received, failed
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    env = {f"LCSB_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
-           for k, v in settings.model_dump(mode="json").items() if v is not None}
-    env["LCSB_SECRET_KEY"] = SECRET
-    return env
-
-
 @contextmanager
 def world(settings: Settings, log_dir: Path) -> Iterator[tuple[str, dict[str, str], str]]:
     """API + one worker on `settings`, a long job running; yields (API URL, auth headers, job id)."""
-    from tests.api.conftest import start_api
-
     env = {**os.environ, **settings_env(settings)}
     with Database(settings.resolved_database_url).session() as s:
         _, key = create_key(s, SECRET, f"bench-{secrets.token_hex(3)}")
@@ -161,7 +157,7 @@ def world(settings: Settings, log_dir: Path) -> Iterator[tuple[str, dict[str, st
         if r.status_code != 200:
             raise RuntimeError(f"upload refused: {r.text}")
         job = httpx.post(f"{url}/v1/fine_tuning/jobs", headers=headers, timeout=60, json={
-            "model": "tiny-llama", "training_file": r.json()["id"], "seed": 1,
+            "model": TINY, "training_file": r.json()["id"], "seed": 1,
             "hyperparameters": {"batch_size": 2, "n_epochs": 100, "learning_rate": 1e-3},
             "method": {"quantization": "fp32", "max_seq_len": 64, "lora": {"rank": 2, "alpha": 4}, "lcsb": {"k": 1}}})
         if job.status_code != 200:
@@ -191,12 +187,9 @@ def main() -> None:
     parser.add_argument("--sqlite-clients", type=int, default=100)
     parser.add_argument("--sse-clients", type=int, default=200)
     parser.add_argument("--sse-streams", type=int, default=50)
+    parser.add_argument("--postgres-admin-url", default=PG_ADMIN_URL,
+                        help="a PostgreSQL connection allowed to CREATE DATABASE (default: LCSB_TEST_POSTGRES_URL)")
     args = parser.parse_args()
-
-    import redis
-
-    from tests.api.conftest import fresh_postgres_database
-    from tests.worker.conftest import build_tiny_models
 
     header = ("| database | clients | requests | req/s | p50 ms | p99 ms | max ms | errors |\n"
               "|---|---:|---:|---:|---:|---:|---:|---|")
@@ -204,10 +197,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lcsb-load-") as tmp_name:
         tmp = Path(tmp_name)
         models = build_tiny_models(tmp / "models")
-        common = dict(environment="test", secret_key=SECRET, model_dirs=[models], min_examples=2,
+        common: dict[str, Any] = dict(environment="test", secret_key=SECRET, model_dirs=[models], min_examples=2,
                       worker_classes=[WorkerClass(queue=f"load-{secrets.token_hex(3)}", memory_mib=4096)])
         prefix = f"lcsbload-{secrets.token_hex(4)}:"
-        with fresh_postgres_database("lcsb_load") as pg_url:
+        with fresh_postgres_database(args.postgres_admin_url, "lcsb_load") as pg_url:
             pg = Settings(**common, database_url=pg_url, data_dir=tmp / "pg", broker_url=REDIS_URL,
                           broker_transport_options={"global_keyprefix": prefix})
             with world(pg, tmp) as (url, headers, job_id):
@@ -234,8 +227,6 @@ def main() -> None:
         for key in client.scan_iter(match=f"{prefix}*"):
             client.delete(key)
         embedded = Settings(**common, data_dir=tmp / "embedded")  # SQLite file + filesystem broker
-        from tests.api.conftest import migrate
-
         migrate(embedded.resolved_database_url)
         with world(embedded, tmp) as (url, headers, job_id):
             res = asyncio.run(poll_load(url, f"/v1/fine_tuning/jobs/{job_id}", headers,

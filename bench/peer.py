@@ -50,7 +50,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.step_time import add_interleaved_bench_args, bare_cycle, bare_model, interleave, random_batch, round_ratio
+from bench.common.bare_step import bare_cycle, bare_model, random_batch
+from bench.common.timing import add_interleaved_bench_args, interleave, round_ratio
 from lcsb_core.config import LoraSettings
 from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import resolve_model_path
@@ -69,7 +70,7 @@ def hf_peer_step(folder: Path, quant: str, rank: int, device: torch.device, batc
         folder, quantization_config=quantization_config(quant, device), dtype=base_dtype(quant, device),
         device_map={"": device} if quant == "nf4" else None, attn_implementation="sdpa", local_files_only=True)
     if quant != "nf4":
-        base.to(device)
+        base.to(device)  # type: ignore[arg-type]  # transformers types `to` through a decorator as (model)
     lora = LoraSettings(rank=rank)
     model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=int(lora.alpha), lora_dropout=0.0, bias="none",
                                             target_modules=list(lora.target_modules), task_type="CAUSAL_LM"))
@@ -83,11 +84,15 @@ def hf_peer_step(folder: Path, quant: str, rank: int, device: torch.device, batc
     trainer.current_gradient_accumulation_steps = 1
     _, num_items = trainer.get_batch_samples(iter([batch]), 1, device)
 
+    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
+    if optimizer is None or scheduler is None:
+        raise RuntimeError("Trainer._prepare_for_training built no optimizer or schedule")
+
     def step() -> None:
         trainer.training_step(wrapped, batch, num_items)
         trainer._clip_grad_norm(wrapped)
-        trainer.optimizer.step()
-        trainer.lr_scheduler.step()
+        optimizer.step()
+        scheduler.step()
         wrapped.zero_grad()
 
     return step, getattr(args.optim, "value", str(args.optim))

@@ -20,8 +20,10 @@ and the equal-time curve), clip 1.0. Data:
 - wikitext: `../shared/data/wikitext-2/valid.txt` split at a line boundary: the first 80 % of the lines
   train, the rest is held out; both packed into blocks of `--seq` tokens; held-out perplexity = exp(loss).
 Wall-clock time is the sum of the optimizer steps' times (evaluation excluded). Each run writes one
-JSON file to `--out` (existing files are skipped, so an interrupted grid resumes) plus its run folder
-(metrics.jsonl, selection_history.jsonl, adapter).
+JSON file to `--out` (existing files are skipped, so an interrupted grid resumes) with its commit, machine
+and full configuration (`bench.common.results`), plus its run folder (metrics.jsonl,
+selection_history.jsonl, adapter). A grid of many such commands is a data file under bench/grids/, run by
+bench/run_grid.py.
 """
 
 from __future__ import annotations
@@ -29,24 +31,29 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common.paths import DATA
+from bench.common.results import write_result
 from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_core.config import TrainConfig
+from lcsb_core.data import build_dataset, gsm8k_to_chat
 from lcsb_core.loss import autocast_for
+from lcsb_core.models.loading import load_tokenizer, resolve_model_path
 from lcsb_core.models.quantization import compute_dtype
 from lcsb_core.setup import load_components
 from lcsb_core.trainer import Trainer
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 
 
@@ -129,7 +136,7 @@ class Recorder(TrainerCallback):
         if report.step in self.exact_match_steps and self.rows:
             self.evals[-1].update(exact_match(self.model, self.tokenizer, self.rows, batch_size=self.args.gen_batch,
                                               max_new_tokens=self.args.max_new_tokens))
-        if self.partial is not None:  # what a run killed by a time limit leaves: its curves so far
+        if self.partial is not None and self.spec is not None:  # what a run killed by a time limit leaves
             self.partial.write_text(json.dumps({"spec": self.spec.__dict__, "name": self.spec.name, "partial": True,
                                                 "label": self.spec.label, "train_seconds": self.train_s,
                                                 "evals": self.evals, "steps": self.steps}))
@@ -163,8 +170,6 @@ def gsm8k_prompt(question: str) -> str:
 
 def gsm8k_rows_for(tokenizer):
     """GSM8K row -> a training line: chat where the tokenizer has a chat template, else prompt/completion."""
-    from lcsb_core.data import gsm8k_to_chat
-
     if getattr(tokenizer, "chat_template", None):
         return gsm8k_to_chat
     return lambda r: {"prompt": gsm8k_prompt(r["question"]), "completion": " " + r["answer"]}
@@ -172,8 +177,6 @@ def gsm8k_rows_for(tokenizer):
 
 def prepare_task(task: str, tokenizer, args) -> tuple:
     """(train TokenizedDataset, eval TokenizedDataset, eval rows for exact match or None)."""
-    from lcsb_core.data import build_dataset
-
     work = Path(args.out) / "data"
     if task == "gsm8k":
         read = lambda name, n: [json.loads(x) for x in (DATA / "gsm8k" / name).read_text().splitlines()[:n]]  # noqa: E731
@@ -209,7 +212,8 @@ def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_
     eos = [tokenizer.eos_token_id]
     if tokenizer.chat_template:
         eos.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    correct, samples, t0 = 0, [], time.perf_counter()
+    samples: list[dict] = []
+    correct, t0 = 0, time.perf_counter()
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if tokenizer.chat_template:
@@ -304,8 +308,11 @@ def grid(args) -> list[RunSpec]:
     return specs
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options of this module's command line (see `--help`), parsed; the exact-match seeds and schedules
+    as sets."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)  # a grid file must spell each option out
     ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "wikitext"])
     ap.add_argument("--schedules", default="full,freeze,cyclic,random",
                     help="comma-separated tokens name[/full_every][@fraction], e.g. topfull/2,cyclic@0.5")
@@ -339,35 +346,57 @@ def main(argv=None) -> None:
                          "barriers under oversubscription made small matmuls ~30x slower here)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     args.exact_match_seeds = {int(x) for x in args.exact_match_seeds.split(",")}
     args.exact_match_schedules = set(args.exact_match_schedules.split(","))
+    return args
+
+
+def run_config(args: argparse.Namespace, spec: RunSpec) -> dict:
+    """The full configuration of one run, as its result file records it: every option (sets as sorted
+    lists) and the run's own `spec`."""
+    options = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(args).items()}
+    return {"runner": "quality", "options": options, "spec": spec.__dict__}
+
+
+class QualityRunner:
+    """Trains the runs of one set of options: the tokenizer and the task's data are loaded at the first
+    run and kept, and the base model's step-0 evaluation is measured once per (task, quantization)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.data: tuple | None = None
+        self.step0_cache: dict = {}
+
+    def train(self, spec: RunSpec) -> dict:
+        """Train `spec`; its curves and final metrics (`run_one`)."""
+        if self.data is None:
+            tokenizer = load_tokenizer(resolve_model_path(self.args.model))
+            self.data = prepare_task(self.args.task, tokenizer, self.args)
+        return run_one(spec, self.data, self.args, self.step0_cache)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = grid(args)
     todo = [s for s in specs if not (out / f"{s.name}.json").exists()]
     print(f"{len(specs)} runs, {len(todo)} to do -> {out}", flush=True)
-    if not todo:
-        return
-    from lcsb_core.models.loading import load_tokenizer, resolve_model_path
-
-    tokenizer = load_tokenizer(resolve_model_path(args.model))
-    data = prepare_task(args.task, tokenizer, args)
-    step0_cache: dict = {}
+    runner = QualityRunner(args)
     for spec in todo:
         if (out / f"{spec.name}.json").exists():  # finished meanwhile by another process on the same grid
             continue
-        t0 = time.perf_counter()
-        result = run_one(spec, data, args, step0_cache)
-        (out / f"{spec.name}.json").write_text(json.dumps(result, indent=1))
+        started, load = datetime.now(UTC), list(os.getloadavg())
+        result = runner.train(spec)
+        write_result(out / f"{spec.name}.json", result, run_config(args, spec), started=started, load_before=load)
         (out / f"{spec.name}.partial.json").unlink(missing_ok=True)
         ev = result["evals"]
         print(f"{spec.name}: eval {ev[0]['eval_loss']:.4f} -> {ev[-1]['eval_loss']:.4f}, "
               f"train {result['train_seconds']:.0f} s"
               + "".join(f", exact match @{e['step']} {e['exact_match']:.3f}" for e in ev if "exact_match" in e)
-              + f", wall {time.perf_counter() - t0:.0f} s", flush=True)
-
+              + f", wall {(datetime.now(UTC) - started).total_seconds():.0f} s", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,6 @@ to reach full backprop's final eval loss (same seed), by linear interpolation be
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -28,71 +27,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common.curves import curve, eval_at, eval_of, load_runs, mean_sd, seconds_at, time_to_reach, value_at_time
+from bench.common.results import read_rows
+from bench.schedule_decision import (
+    SPEED_RULE,
+    confirmation,
+    confirmation_table,
+    decision,
+    decision_table,
+    paper_claim,
+    paper_table,
+    train_curve_table,
+)
+
 ORDER = ["full", "freeze", "cyclic", "random"]
 LABEL = {"full": "full backprop", "freeze": "freeze (cyclic blocks, exact gradient)", "cyclic": "LCSB cyclic",
          "random": "LCSB random"}
-
-
-def load_runs(folder: Path) -> list[dict]:
-    """Every run result (`*.json`) in `folder`. A run marked `clean_steps` (its later steps were timed
-    while another process shared the CPU; see its `note`) is cut to its first `clean_steps` steps. A
-    `<name>.partial.json` (the evaluations so far of a run stopped by a time limit; marked `partial`) is
-    read only when its run has no complete file."""
-    paths = sorted(Path(folder).glob("*.json"))
-    done = {p.name for p in paths if not p.name.endswith(".partial.json")}
-    runs = [json.loads(p.read_text()) for p in paths
-            if not p.name.endswith(".partial.json") or p.name.replace(".partial.json", ".json") not in done]
-    for r in runs:
-        if "clean_steps" in r:
-            n = r["clean_steps"]
-            r["steps"] = r["steps"][:n]
-            r["evals"] = [e for e in r["evals"] if e["step"] <= n]
-    return runs
-
-
-def eval_at(run: dict, step: int) -> dict | None:
-    """The run's evaluation after exactly `step` optimizer steps, or None."""
-    return next((e for e in run["evals"] if e["step"] == step), None)
-
-
-def seconds_at(run: dict, step: int) -> float:
-    """Training seconds spent by the end of `step` (sum of step times)."""
-    return sum(s["step_time_s"] for s in run["steps"][:step])
-
-
-def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
-    """First time a piecewise-linear (seconds, eval loss) curve reaches `target` or below; None if never.
-
-    >>> time_to_reach([(0, 2.0), (10, 1.0)], 1.5)
-    5.0
-    """
-    for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
-        if y0 <= target:
-            return t0
-        if y1 <= target:
-            return t0 + (t1 - t0) * (y0 - target) / (y0 - y1)
-    return curve[-1][0] if curve and curve[-1][1] <= target else None
-
-
-def value_at_time(curve: list[tuple[float, float]], t: float) -> float | None:
-    """The curve's value at time `t` by linear interpolation; None past its end."""
-    for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
-        if t0 <= t <= t1:
-            return y0 + (y1 - y0) * (t - t0) / (t1 - t0) if t1 > t0 else y1
-    return None
-
-
-def mean_sd(values: list[float], fmt: str = "{:.4f}") -> str:
-    """`mean ± sd` (sample sd) or the single value."""
-    if not values:
-        return ""
-    if len(values) == 1:
-        return fmt.format(values[0])
-    return f"{fmt.format(statistics.fmean(values))} ± {fmt.replace('+', '').format(statistics.stdev(values))}"
-
-
-def curve(run: dict) -> list[tuple[float, float]]:
-    return [(e["train_s"], e["eval_loss"]) for e in run["evals"]]
 
 
 def by_schedule(runs: list[dict], *, momentum: bool = True) -> dict[str, list[dict]]:
@@ -108,7 +58,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
     per step, peak memory, and exact match where decoded."""
     groups = by_schedule(runs)
     decoded = any("exact_match" in e for r in runs for e in r["evals"])
-    full = {r["spec"]["seed"]: eval_at(r, steps)["eval_loss"] for r in groups.get("full", [])}
+    full = {r["spec"]["seed"]: eval_of(r, steps)["eval_loss"] for r in groups.get("full", [])}
     metric = "held-out perplexity" if perplexity else "eval loss (nats/token)"
     out = [f"| schedule | k/L | seeds | {metric} at step {steps} | eval loss vs full (same seed) | token accuracy | "
            "train s/step (mean) | train s/step (median) | step peak RSS, median / max (MiB) |"
@@ -123,7 +73,7 @@ def equal_steps_table(runs: list[dict], steps: int, *, perplexity: bool = False)
         rs = [r for r in groups.get(name, []) if eval_at(r, steps)]
         if not rs:
             continue
-        evs = [eval_at(r, steps) for r in rs]
+        evs = [eval_of(r, steps) for r in rs]
         rel = [e["eval_loss"] / full[r["spec"]["seed"]] - 1 for r, e in zip(rs, evs, strict=True)
                if r["spec"]["seed"] in full]
         em = next((e for e in evs if "exact_match" in e), None)
@@ -160,7 +110,7 @@ def equal_time_table(runs: list[dict], steps: int) -> str:
            "|---|---|---|---|---|---|---|---|---|"]
     for full_run in sorted(groups.get("full", []), key=lambda r: r["spec"]["seed"]):
         seed = full_run["spec"]["seed"]
-        target, t_full = eval_at(full_run, steps)["eval_loss"], seconds_at(full_run, steps)
+        target, t_full = eval_of(full_run, steps)["eval_loss"], seconds_at(full_run, steps)
         for name in ORDER[1:]:
             for r in (r for r in groups.get(name, []) if r["spec"]["seed"] == seed):
                 t = time_to_reach(curve(r), target)
@@ -185,8 +135,8 @@ def momentum_table(runs: list[dict], steps: int) -> str:
         seeds = sorted(s for s in group if s in on and s in off)
         if not seeds:
             continue
-        evs = [eval_at(group[s], steps) for s in seeds]
-        diff = [eval_at(off[s], steps)["eval_loss"] - eval_at(on[s], steps)["eval_loss"] for s in seeds]
+        evs = [eval_of(group[s], steps) for s in seeds]
+        diff = [eval_of(off[s], steps)["eval_loss"] - eval_of(on[s], steps)["eval_loss"] for s in seeds]
         out.append(f"| {label} | {','.join(map(str, seeds))} | {mean_sd([e['eval_loss'] for e in evs])} | "
                    f"{mean_sd([e['eval_token_accuracy'] for e in evs])} | "
                    f"{mean_sd([seconds_at(group[s], steps) / steps for s in seeds], '{:.3f}')} | "
@@ -307,27 +257,21 @@ def main(argv=None) -> None:
     if plots:
         plots.mkdir(parents=True, exist_ok=True)
     if args.table == "step-time":
-        rows = [r for src in args.source for r in json.loads(Path(src).read_text())]
+        rows = [r for src in args.source for r in read_rows(src)]
         if plots:
             print(plot_step_time(rows, plots / "step_time_vs_k.png"))
         return
     runs = [r for src in args.source for r in load_runs(Path(src))]
     if args.table == "decision":
-        from bench.schedule_decision import SPEED_RULE, decision, decision_table
-
-        rows, default = decision(runs, args.steps, json.loads(Path(args.step_time).read_text()))
+        rows, default = decision(runs, args.steps, read_rows(args.step_time))
         print(decision_table(rows, default, args.steps))
         print(f"\ndefault by the rule (>= {SPEED_RULE}x faster per step, lowest eval loss at full's time): {default}")
         return
     if args.table == "confirm":
-        from bench.schedule_decision import confirmation, confirmation_table
-
-        step_rows = json.loads(Path(args.step_time).read_text()) if args.step_time else []
+        step_rows = read_rows(args.step_time) if args.step_time else []
         print(confirmation_table(confirmation(runs, args.steps, step_rows), args.steps))
         return
     if args.table == "paper":
-        from bench.schedule_decision import paper_claim, paper_table, train_curve_table
-
         print(paper_table(paper_claim(runs, args.steps), args.steps))
         print("\nmean train loss per 100 optimizer steps:\n")
         print(train_curve_table(runs))

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.step_time import bare_model, random_batch
+from bench.common.bare_step import bare_model, random_batch
 from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.models.loading import resolve_model_path
 from lcsb_core.models.quantization import compute_dtype, cpu_has_native_bf16
@@ -221,7 +221,7 @@ def main(argv=None) -> None:
         gemm_bound = (layers * sum(rate[s] for s in projection_shapes(config)) + rate["lm_head"] * targets / tokens)
     print(f"\nforward ({args.batch} x {args.seq}, {compute_name}): {fwd_s:.3f} s, {total / 1e9:.2f} GFLOP counted "
           f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in flops.items())}), {total / fwd_s / 1e9:.1f} GFLOP/s achieved")
-    if peak:
+    if peak and gemm_bound is not None:
         print(f"practical peak ({compute_name} GEMM, best shape): {peak / 1e9:.1f} GFLOP/s; forward at "
               f"{total / fwd_s / peak:.1%} of it; its base and LM-head GEMMs alone at the measured per-shape rates: "
               f"{gemm_bound:.3f} s ({gemm_bound / fwd_s:.0%} of the forward)")

@@ -13,18 +13,8 @@ alternatives, side by side:
   which keeps freed pages for reuse and returns them after its own decay time (BENCHMARKS.md 1e);
 - `jemalloc+releaser`: jemalloc with the shipped releaser (which purges jemalloc's arenas instead of
   `malloc_trim`): what the worker's training process runs since `Settings.worker_malloc`;
-- `jemalloc-retain+releaser`: the same with jemalloc's decay off (`MALLOC_CONF` from `JEMALLOC_CONF`):
-  freed pages stay mapped for the next step (no fresh page faults) until the releaser purges them;
-- `jemalloc-decay30+releaser`: jemalloc's decay of freed pages over 30 s instead of 10 s;
-- `jemalloc-thp+releaser`: the same with transparent huge pages asked for (`thp:always`: 2 MiB pages,
-  where the kernel's THP mode is `madvise`), so a fresh page fault maps 512 times as much;
-- `jemalloc-nooversize+releaser`: allocations over 8 MiB (the logits, [batch, tokens, vocab]) served
-  from the ordinary arenas and their 10 s decay, instead of jemalloc 5.2+'s dedicated "oversize"
-  arena, which returns their pages at once;
-- `jemalloc-nooversize-decay30+releaser`: both of the last two settings (the logits in the ordinary
-  arenas, and their freed pages decaying over 30 s, about ten steps, instead of 10 s);
-- `jemalloc-chunk4+releaser`: jemalloc with the chunked LM-head loss (`memory.LOSS_CHUNK_BYTES` =
-  4 MiB of fp32 logits per chunk, under that 8 MiB bar, so the chunks' buffers are reused).
+(The jemalloc-setting modes `jemalloc-retain`, `-decay30`, `-thp`, `-nooversize`, `-nooversize-decay30` and
+`-chunk4` of BENCHMARKS.md 1h were a finished experiment: bench/LOG.md, last in commit f538568.)
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
 alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
@@ -61,15 +51,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-JEMALLOC_CONF = {"jemalloc-retain+releaser": "dirty_decay_ms:-1,muzzy_decay_ms:-1",  # never on a timer
-                 "jemalloc-decay30+releaser": "dirty_decay_ms:30000",  # 30 s instead of 10 s
-                 "jemalloc-thp+releaser": "thp:always",  # jemalloc >= 5.1: madvise(MADV_HUGEPAGE)
-                 "jemalloc-nooversize+releaser": "oversize_threshold:0",  # no purge-at-once arena for > 8 MiB
-                 "jemalloc-nooversize-decay30+releaser": "oversize_threshold:0,dirty_decay_ms:30000"}  # both
-LOSS_CHUNK_MIB = {"jemalloc-chunk4+releaser": 4}  # memory.LOSS_CHUNK_BYTES: under the 8 MiB oversize bar
-MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser", *JEMALLOC_CONF, *LOSS_CHUNK_MIB)
+from bench.common.paths import DATA
+
+MODES = ("releaser", "every-step", "never", "jemalloc", "jemalloc+releaser")
 JEMALLOC = "libjemalloc.so.2"  # found by the dynamic linker's search path (Debian: libjemalloc2)
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def child(args) -> None:
@@ -121,12 +106,7 @@ def child(args) -> None:
     trainer.setup()
     trims = [0]
     base = {"releaser": memory_probe.FreeMemoryReleaser, "every-step": EveryStep, "never": Never,
-            "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser,
-            **dict.fromkeys([*JEMALLOC_CONF, *LOSS_CHUNK_MIB], memory_probe.FreeMemoryReleaser)}[args.mode]
-    if args.mode in LOSS_CHUNK_MIB:
-        from lcsb_core import memory
-
-        memory.LOSS_CHUNK_BYTES = LOSS_CHUNK_MIB[args.mode] * memory.MIB
+            "jemalloc": Never, "jemalloc+releaser": memory_probe.FreeMemoryReleaser}[args.mode]
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def after_step(self, rss_mib=None) -> bool:
@@ -204,8 +184,6 @@ def main() -> None:
             "--schedule", args.schedule, "--model", args.model, "--work", args.work]
     def env(mode: str) -> dict[str, str]:
         preload = {"LD_PRELOAD": JEMALLOC} if mode.startswith("jemalloc") else {}
-        if mode in JEMALLOC_CONF:
-            preload["MALLOC_CONF"] = JEMALLOC_CONF[mode]
         return {**os.environ, "OMP_NUM_THREADS": "1", **preload}
 
     procs = {m: subprocess.Popen([*base, "--mode", m], stdout=subprocess.PIPE, text=True, env=env(m)) for m in modes}

@@ -1,19 +1,20 @@
 """The product-default rule of the schedules issue, applied to `bench/quality.py` runs and a
 `bench/step_time.py` table: each schedule at its best learning rate, its share of full backprop's gain,
 its eval loss at full backprop's wall-clock time, and the default the rule picks. Run through
-`bench/quality_report.py decision` (see that module's usage); the curve arithmetic is quality_report's.
+`bench/quality_report.py decision` (see that module's usage); the curve arithmetic is `bench.common.curves`.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.quality_report import eval_at, time_to_reach, value_at_time
+from bench.common.curves import eval_at, eval_of, mean_sd, time_to_reach, value_at_time
 
 SPEED_RULE = 1.35
 """The product default must be at least this much faster per step than full backprop (issue: schedules)."""
@@ -59,7 +60,7 @@ def decision(runs: list[dict], steps: int, step_rows: list[dict],
     base = next(e["eval_loss"] for rs in by_label.values() for r in rs.values() for e in r["evals"] if e["step"] == 0)
     rows = []
     for label, per_lr in by_label.items():
-        losses = {lr: eval_at(r, steps)["eval_loss"] for lr, r in per_lr.items()}
+        losses = {lr: eval_of(r, steps)["eval_loss"] for lr, r in per_lr.items()}
         best_lr = min(losses, key=lambda lr: losses[lr])
         rows.append({"schedule": label, "best_lr": best_lr, "losses": losses, "eval_loss": losses[best_lr],
                      "speed": speed_vs_full(step_rows, label), "run": per_lr[best_lr],
@@ -131,8 +132,6 @@ def confirmation(runs: list[dict], steps: int, step_rows: list[dict]) -> list[di
 
 def confirmation_table(rows: list[dict], steps: int) -> str:
     """Markdown of `confirmation`'s rows: mean ± sd over seeds (sample sd), with the per-seed values."""
-    from bench.quality_report import mean_sd
-
     def cell(values: list, fmt: str, scale: float = 1.0) -> str:
         vals = [v * scale for v in values if v is not None]
         missing = len(values) - len(vals)
@@ -177,19 +176,17 @@ def paper_claim(runs: list[dict], steps: int, last: int = 100) -> list[dict]:
     order, so the gap is paired step by step), and `train_gap_rel` that gap over full's mean. No speed:
     the runs' own step times depend on what shared the machine; speed comes from `bench/step_time.py`.
     Raises ValueError without a full backprop run that reached `steps`."""
-    import statistics
-
     done = [r for r in runs if eval_at(r, steps) and len(r["steps"]) >= steps]
     full = next((r for r in done if label_of(r) == "full"), None)
     if full is None:
         raise ValueError(f"no full backprop run reached step {steps}")
-    base = eval_at(full, 0)["eval_loss"]
-    full_loss = eval_at(full, steps)["eval_loss"]
+    base = eval_of(full, 0)["eval_loss"]
+    full_loss = eval_of(full, steps)["eval_loss"]
     tail = lambda r: [s["loss"] for s in r["steps"][steps - last:steps]]  # noqa: E731
     full_train = statistics.fmean(tail(full))
     rows = []
     for r in sorted(done, key=lambda r: (label_of(r) != "full", label_of(r))):
-        loss = eval_at(r, steps)["eval_loss"]
+        loss = eval_of(r, steps)["eval_loss"]
         train = statistics.fmean(tail(r))
         # a stopped run's partial file lacks k and L: its fraction of L stands in
         k_of_l = (f"{r['k']}/{r['num_layers']}" if r.get("k") else "L" if label_of(r) == "full"
@@ -223,8 +220,6 @@ def paper_table(rows: list[dict], steps: int, last: int = 100) -> str:
 def train_curve_table(runs: list[dict], width: int = 100) -> str:
     """Markdown: each run's mean train loss (nats per target token) over consecutive windows of `width`
     optimizer steps, one column per window (a run stopped early leaves its later cells empty)."""
-    import statistics
-
     runs = sorted(runs, key=lambda r: (label_of(r) != "full", label_of(r)))
     n = max(len(r["steps"]) for r in runs) // width
     out = ["| schedule | " + " | ".join(f"{i * width + 1}-{(i + 1) * width}" for i in range(n)) + " |",

@@ -18,7 +18,7 @@ layers per step (`Schedule.backprop_layers`). Memory: CUDA peak allocated; on CP
 `--allocator` (CPU): `trim` (the default) returns the C allocator's free pages before every cycle, as
 the product's training loop may between steps, so each cycle pays the page faults of memory mapped
 afresh, whose cost varies with the machine's state (BENCHMARKS.md 1f); `retain` calls
-`memory_probe.retain_freed_memory` first and never trims, so after the warm-up round the steps reuse
+`bench.common.allocator.retain_freed_memory` first and never trims, so after the warm-up round the steps reuse
 mapped pages and the times are compute alone (the peak columns are then not per row and are left out).
 Another C allocator is chosen at process start (`LD_PRELOAD=libjemalloc.so.2 python bench/step_time.py`);
 rows and the header record which one ran (`malloc`).
@@ -31,34 +31,23 @@ import json
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lcsb_core.config import LoraSettings, OptimSettings
-from lcsb_core.lora import apply_lora
+from bench.common.allocator import retain_freed_memory
+from bench.common.bare_step import bare_cycle, bare_model, random_batch, schedule_of
+from bench.common.results import read_rows
+from bench.common.timing import interleave, round_ratio
 from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import (
-    MIB,
-    c_allocator,
-    current_mib,
-    peak_mib,
-    release_free_memory,
-    reset_peak,
-    retain_freed_memory,
-)
-from lcsb_core.models.loading import load_base_model, resolve_model_path
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.memory_probe import MIB, c_allocator, current_mib, release_free_memory
+from lcsb_core.models.loading import resolve_model_path
 
 # Shapes of on-device models (Llama-architecture configs; random weights).
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
     "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -111,97 +100,6 @@ class SavedBytes:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
-
-
-def timed(fn, device) -> float:
-    """Seconds of one call of `fn()` (CUDA synchronized on both sides)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
-def bare_model(folder: Path, quant: str, rank: int, device: torch.device):
-    """(PeftModel, SelectiveBackprop, AdamW) for the bare step: the base at `folder` quantized as
-    `quant`, LoRA rank `rank` (alpha 32, the seven projections), every layer wrapped for selective
-    backprop (LCSB skip mode), AdamW at lr 1e-5 over all LoRA parameters."""
-    base = load_base_model(folder, quantization=quant, device=device)
-    model = apply_lora(base, LoraSettings(rank=rank), seed=0)
-    sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
-    params = [p for i in range(sel.num_layers) for p in sel.params_by_layer[i]]
-    return model, sel, build_optimizer(params, OptimSettings(learning_rate=1e-5))
-
-
-def random_batch(vocab_size: int, batch: int, seq: int, device: torch.device, seed: int = 0) -> dict:
-    """input_ids, attention_mask (all ones) and labels (= input_ids: every token a target) [batch, seq],
-    uniform random token ids from a generator seeded with `seed`."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab_size - 1, (batch, seq), generator=gen).to(device)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-
-
-def schedule_of(token: str, num_layers: int, fraction: float = 0.25):
-    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`) at
-    k = `fraction` x `num_layers` (full: all layers)."""
-    name, _, every = token.removesuffix("-momentum-off").partition("/")
-    return make_schedule(name, num_layers=num_layers, fraction=1.0 if name == "full" else fraction,
-                         full_every=int(every or 4))
-
-
-def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, fraction: float = 0.25,
-               checkpointing: bool = False) -> list[Callable[[], object]]:
-    """One whole cycle of schedule `token` as bare steps: callable t runs `run_step` (forward, backward,
-    clipping at 1.0, AdamW) on `batch` with the layers the schedule selects at its step t; skipped
-    layers in the schedule's mode (LCSB skip or frozen), momentum for skipped layers unless the token
-    ends in `-momentum-off`."""
-    sched = schedule_of(token, sel.num_layers, fraction)
-    mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
-    momentum = not token.endswith("-momentum-off")
-
-    def step(t: int) -> None:
-        sel.skip_mode, sel.gradient_checkpointing = mode, checkpointing
-        run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
-                 max_grad_norm=1.0)
-
-    return [lambda t=t: step(t) for t in range(sched.cycle_length)]
-
-
-def interleave(cycles: Sequence[Sequence[Callable[[], object]]], names: Sequence[str], device: torch.device, *,
-               rounds: int, warmup_rounds: int, trim: bool = True) -> tuple[list[list[float]], list[float]]:
-    """Run every mode's cycle (`cycles[i]`: the step callables of one whole cycle of mode i) round-robin:
-    `warmup_rounds` untimed rounds, then `rounds` timed ones, the order rotated by one each round so
-    drift, warm-up and allocator state spread over all modes. Before each cycle the C allocator's free
-    pages are returned (`malloc_trim`; not with `trim=False`) and the peak window is reset.
-
-    Returns (times, peaks): `times[i]` one entry per timed round, mode i's mean seconds per step over its
-    cycle; `peaks[i]` the largest peak memory (MiB; CPU: resident set, CUDA: allocated) over its timed
-    cycles. A line per round goes to stderr."""
-    times: list[list[float]] = [[] for _ in cycles]
-    peaks = [0.0] * len(cycles)
-    for rnd in range(warmup_rounds + rounds):
-        order = list(range(len(cycles)))
-        order = order[rnd % len(order):] + order[:rnd % len(order)]
-        for i in order:
-            if trim:
-                release_free_memory(device)
-            reset_peak(device)
-            cycle = [timed(fn, device) for fn in cycles[i]]
-            if rnd >= warmup_rounds:
-                times[i].append(statistics.fmean(cycle))
-                peaks[i] = max(peaks[i], peak_mib(device))
-        print(f"round {rnd + 1}/{warmup_rounds + rounds}: "
-              + ", ".join(f"{names[i]} {times[i][-1]:.2f}s" for i in order if times[i]),
-              file=sys.stderr, flush=True)
-    return times, peaks
-
-
-def round_ratio(num: Sequence[float], den: Sequence[float]) -> float:
-    """Median over rounds of num[r] / den[r]: a ratio of two modes measured in the same round, so
-    drift between rounds cancels."""
-    return statistics.median(a / b for a, b in zip(num, den, strict=True))
 
 
 def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict]:
@@ -350,7 +248,7 @@ def main(argv=None) -> None:
                     help="measure nothing: print each speed-up of two --json runs side by side")
     args = ap.parse_args(argv)
     if args.compare:
-        a, b = (json.loads(Path(f).read_text()) for f in args.compare)
+        a, b = (read_rows(f) for f in args.compare)
         print(compare(a, b))
         return
     args.fractions = [float(f) for f in args.fractions.split(",")]
@@ -377,22 +275,6 @@ def main(argv=None) -> None:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
-
-
-def add_interleaved_bench_args(ap, *, schedule_help: str, rounds_help: str, json_help: str) -> None:
-    """The options bench/peer.py and bench/trainer_overhead.py share: model, quantization, device, batch
-    shape (examples x tokens), LoRA rank, schedule token, warm-up and timed rounds, torch threads, JSON."""
-    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="catalog name or model folder")
-    ap.add_argument("--quant", default="nf4", choices=["nf4", "bf16", "fp32"])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--rank", type=int, default=16)
-    ap.add_argument("--schedule", default="topfull/4", help=schedule_help)
-    ap.add_argument("--warmup-rounds", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=8, help=rounds_help)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
-    ap.add_argument("--json", default="", help=json_help)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.probe_model import DATA, nf4_lora_with_random_b, smollm2_tokenizer_and_path
+from bench.common.probe_model import DATA, nf4_lora_with_random_b, smollm2_tokenizer_and_path
 from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches
 from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.schedules import CyclicSchedule
@@ -68,7 +69,7 @@ def setting_batches(name: str, tokenizer, n: int, scratch: Path) -> list[dict[st
 
 
 def accumulated_grads(model, sel: SelectiveBackprop, batches, selected, mode: LayerMode,
-                      capture: list[int] = ()) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
+                      capture: Sequence[int] = ()) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
     """(layer -> flattened fp32 LoRA gradient of `selected` summed over `batches` with the loss the mean
     over all their target tokens, layer -> non-target squared-norm share at that layer's output for
     the layers in `capture`)."""
@@ -86,19 +87,22 @@ def accumulated_grads(model, sel: SelectiveBackprop, batches, selected, mode: La
                  for i in capture]
         with autocast_for(model):
             sums = lm_loss_sums(model, batch)
-        for h in hooks:
-            h.remove()
-        for h in outputs.values():
-            h.retain_grad()
+        for hook in hooks:
+            hook.remove()
+        for out in outputs.values():
+            out.retain_grad()
         (sums.loss_sum / total).backward()
         valid = batch["attention_mask"].bool()
         is_target = torch.zeros_like(valid)
         is_target[:, :-1] = batch["labels"][:, 1:] != IGNORE_INDEX  # position t predicts label t+1
-        for i, h in outputs.items():
-            g2 = h.grad.float().pow(2).sum(-1)  # [B, T]
+        for i, out in outputs.items():
+            if out.grad is None:
+                raise RuntimeError(f"layer {i}: no gradient reached its output")
+            g2 = out.grad.float().pow(2).sum(-1)  # [B, T]
             non_target[i] += float(g2[valid & ~is_target].sum())
             everything[i] += float(g2[valid].sum())
-    grads = {i: torch.cat([p.grad.flatten().float() for p in sel.params_by_layer[i]]) for i in selected}
+    grads = {i: torch.cat([p.grad.flatten().float() for p in sel.params_by_layer[i] if p.grad is not None])
+             for i in selected}
     return grads, {i: non_target[i] / everything[i] for i in capture}
 
 

@@ -54,13 +54,15 @@ import statistics
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.step_time import add_interleaved_bench_args, bare_cycle, interleave, round_ratio, schedule_of
+from bench.common.bare_step import bare_cycle, schedule_of
+from bench.common.timing import add_interleaved_bench_args, interleave, round_ratio
 from lcsb_core.callbacks import StepReport, TrainerCallback
 from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
@@ -69,6 +71,13 @@ from lcsb_core.lora import apply_lora
 from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import load_base_model, resolve_model_path
 from lcsb_core.trainer import Trainer
+from lcsb_service import transitions
+from lcsb_service.db import Database
+from lcsb_service.devserver import migrate
+from lcsb_service.models import Job, Owner
+from lcsb_service.storage import Storage
+from worker.training.divergence import DivergenceWatch  # the worker child's callbacks: what mode (c) measures
+from worker.training.reporter import JobReporter
 
 
 class SteppedLoop(TrainerCallback):
@@ -91,6 +100,8 @@ class SteppedLoop(TrainerCallback):
         self._go.acquire()
         try:
             self.threads_in_loop = torch.get_num_threads()
+            if self.trainer is None:
+                raise RuntimeError("SteppedLoop: set .trainer before the first step")
             self.summary = self.trainer.train()
         except BaseException as exc:  # noqa: BLE001  # handed to the main thread by step()/finish()
             self.error = exc
@@ -141,7 +152,7 @@ def trainer_for(args, token: str, steps: int, out_dir: str, device: torch.device
     model = apply_lora(load_base_model(folder, quantization=args.quant, device=device), LoraSettings(rank=args.rank),
                        seed=0)
     name, _, every = token.partition("/")
-    lcsb = {"schedule": name} if name == "full" else {"schedule": name, "fraction": 0.25}
+    lcsb: dict[str, str | float | int] = {"schedule": name} if name == "full" else {"schedule": name, "fraction": 0.25}
     if name == "topfull" and every:
         lcsb["full_every"] = int(every)
     cfg = TrainConfig.from_dict({
@@ -157,20 +168,8 @@ def service_job_callbacks(folder: Path, model: str) -> list[TrainerCallback]:
     """Mode (c)'s callbacks: the worker child's `DivergenceWatch` and `JobReporter` (as `worker.training.child.train`
     builds them) on a job row set `running` by `transitions.claim`, in a SQLite database at
     `folder/lcsb.sqlite3` migrated with `alembic upgrade head`, with local storage at `folder/storage`."""
-    from alembic import command
-    from alembic.config import Config
-
-    from lcsb_service import transitions
-    from lcsb_service.db import Database
-    from lcsb_service.models import Job, Owner
-    from lcsb_service.storage import Storage
-    from worker.training.divergence import DivergenceWatch
-    from worker.training.reporter import JobReporter
-
     url = f"sqlite:///{folder / 'lcsb.sqlite3'}"
-    alembic = Config(str(Path(__file__).resolve().parents[1] / "alembic.ini"))
-    alembic.set_main_option("sqlalchemy.url", url)
-    command.upgrade(alembic, "head")
+    migrate(url)
     db, job_id = Database(url), "ftjob-bench"
     with db.session() as s:
         s.add(Owner(id="owner-bench", name="bench"))
@@ -197,7 +196,8 @@ def measure(args, device: torch.device) -> dict:
         trainer.setup()
         batch = {k: v.to(device) for k, v in collate(trainer.train_dataset.examples, 0).items()}
         bare = bare_cycle(trainer.model, trainer.selective, trainer.optimizer, batch, args.schedule)
-        names, cycles = ["bare (a)", "trainer (b)"], [bare, [loops[0].step] * cycle]
+        names = ["bare (a)", "trainer (b)"]
+        cycles: list[list[Callable[[], object]]] = [bare, [loops[0].step] * cycle]
         if not args.no_job:
             (Path(tmp) / "c").mkdir()
             job = service_job_callbacks(Path(tmp) / "c", Path(args.model).name)
@@ -242,8 +242,9 @@ def profile(args, device: torch.device) -> None:
                               callbacks=[ProfileWindow(prof, warm, warm + n)])
         trainer.train()
     stats = pstats.Stats(prof, stream=io.StringIO())
-    total = sum(tt for (_, _, tt, _, _) in stats.stats.values())  # own times add up to the profiled time
-    rows = [(func, cc, nc, tt, ct) for func, (cc, nc, tt, ct, _) in stats.stats.items()]
+    table = stats.stats  # type: ignore[attr-defined]  # pstats' raw table: not in typeshed
+    total = sum(tt for (_, _, tt, _, _) in table.values())  # own times add up to the profiled time
+    rows = [(func, cc, nc, tt, ct) for func, (cc, nc, tt, ct, _) in table.items()]
 
     def label(func) -> str:
         path, line, name = func

@@ -6,8 +6,10 @@ positions before the head saves that work for prompt tokens and padding, in forw
 Sums (not means) are returned so the trainer can divide by the target-token count of the whole
 gradient-accumulation window (the loss is a mean over target tokens, not a mean of micro-batch means).
 
-With `lcsb_core.memory.LOSS_CHUNK_BYTES` > 0 (off by default: see its docstring) and autograd
-recording, the head and the cross-entropy run over chunks of target positions whose fp32 logits take
+With `chunk_bytes` > 0 passed to `lm_loss_sums` (the trainer passes none: off in the product, because
+the memory estimate that routes jobs is fitted to the unchunked head; with chunks and the head's terms
+moved to them, the Gemma-3-270M estimate read 1.53x its measured peak and SmolLM2 `tail` 0.82x) and
+autograd recording, the head and the cross-entropy run over chunks of target positions whose fp32 logits take
 at most that many bytes (16 MiB: 85 positions at SmolLM2's 49,152-token vocabulary, 16 at Gemma-3's
 262,144), and each chunk's gradient with respect to its hidden states is taken right away, inside the
 forward (`HeadLossSum`; the technique of Liger-Kernel's fused linear cross-entropy, here with
@@ -17,8 +19,9 @@ softmax and their gradients about 800 MiB a step) are never alive at once, and n
 The chunk's buffers stay under glibc's mmap threshold, so the C heap can reuse them instead of mapping
 and faulting in fresh pages every step (1.4-1.5 s per GiB on this project's VMs). Each position's loss
 and gradient are computed by the same ops as without chunks; only the loss's summation order
-differs. Measured in bench/page_faults.py (BENCHMARKS.md 1f). The LM head must be frozen (LoRA adapts
-the decoder's projections only); a trainable head gets the unchunked loss.
+differs. Measured in bench/page_faults.py (until commit f538568; bench/LOG.md, BENCHMARKS.md 1f). The
+LM head must be frozen (LoRA adapts the decoder's projections only); a trainable head gets the unchunked
+loss.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lcsb_core import memory
 from lcsb_core.lora import causal_lm
 
 IGNORE_INDEX = -100
@@ -60,15 +62,17 @@ def autocast_for(model: nn.Module):
     return torch.autocast(device_type, dtype=dtype)
 
 
-def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accuracy: bool = False) -> LossSums:
+def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accuracy: bool = False,
+                 chunk_bytes: int = 0) -> LossSums:
     """Forward `batch` (input_ids/labels [B, T] long, attention_mask [B, T] or a 4-D mask, optional
     position_ids [B, T]) and return the summed next-token cross-entropy over positions whose label is
     not -100. Labels are unshifted (label t is predicted from position t-1), as in transformers.
     `with_accuracy` also counts argmax hits (an extra pass over the [N, vocab] logits: eval only).
     Call inside `autocast_for(model)` for bf16 bases. A config's `final_logit_softcapping` is applied
-    as the model's own forward does (`cap * tanh(logits / cap)`). With `memory.LOSS_CHUNK_BYTES` set, the
-    head runs in chunks of positions, their gradients taken during the forward when autograd records
-    (module docstring)."""
+    as the model's own forward does (`cap * tanh(logits / cap)`). With `chunk_bytes` > 0 (bytes of fp32
+    logits per chunk; 0, the default, runs the head over all target positions at once) the head runs in
+    chunks of positions, their gradients taken during the forward when autograd records (module
+    docstring). Raises ValueError for a negative `chunk_bytes`."""
     lm = causal_lm(model)
     kwargs = {k: batch[k] for k in ("attention_mask", "position_ids") if k in batch}
     hidden = lm.get_decoder()(input_ids=batch["input_ids"], use_cache=False, **kwargs).last_hidden_state
@@ -79,7 +83,8 @@ def lm_loss_sums(model: nn.Module, batch: dict[str, torch.Tensor], *, with_accur
     head = lm.get_output_embeddings()
     cap = getattr(lm.config, "final_logit_softcapping", None)  # Gemma-2 (30.0); None for Gemma-3, Llama
     vocab_bytes = head.weight.shape[0] * 4
-    chunk_bytes = memory.LOSS_CHUNK_BYTES
+    if chunk_bytes < 0:
+        raise ValueError(f"chunk_bytes: must be >= 0 (0 = no chunks), got {chunk_bytes}")
     size = max(chunk_bytes // vocab_bytes, 1) if chunk_bytes else max(int(tgt.numel()), 1)
     if tgt.numel() == 0:  # no targets: a zero that still reaches the graph, as cross_entropy's empty sum did
         return LossSums(picked.float().sum() * 0.0, 0, 0)

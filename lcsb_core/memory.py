@@ -43,14 +43,6 @@ if TYPE_CHECKING:
     from lcsb_core.config import TrainConfig
 
 MIB = 1024 * 1024
-LOSS_CHUNK_BYTES = 0
-"""fp32 logits per chunk of the training loss's LM head (`lcsb_core.loss.HeadLossSum`), bytes; 0 (the
-default) runs the head over all target positions at once. 16 MiB (85 target positions at SmolLM2's
-49,152-token vocabulary, 16 at Gemma-3's 262,144) made the default `topfull/4` step 1.12x faster at 0.90x
-of its peak together with `memory_probe.retain_freed_memory` (BENCHMARKS.md 1f). It stays off until
-this module's estimate is refitted to it: with it on and the head's terms moved to the chunks, the
-Gemma-3-270M estimate test read 1.53x its measured peak and SmolLM2 `tail` 0.82x. Here, not in
-`lcsb_core.loss`, so that the estimate can read it without importing torch."""
 RUNTIME_MIB = {"cpu": 800.0, "cuda": 600.0}
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
 FP32_ACTIVATION_SCALE = 1.25

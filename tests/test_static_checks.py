@@ -1,6 +1,6 @@
 """The linter and the type checker, run with the suite (so by scripts/test.sh and CI): ruff with the
-rules of pyproject.toml on the whole tree, and mypy on lcsb_core, lcsb_service, api, worker and
-lcsb_client. A finding fails the test with the tool's own report."""
+rules of pyproject.toml on the whole tree, and mypy on lcsb_core, lcsb_service, api, worker,
+lcsb_client and bench. A finding fails the test with the tool's own report."""
 
 from __future__ import annotations
 

@@ -13,23 +13,18 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from lcsb_service import devserver
+from lcsb_service.devserver import migrate, settings_env, start_api  # noqa: F401 - re-exported to the tests
 from lcsb_service.enqueue import RecordingEnqueuer
 from lcsb_service.keys import create_key
 from lcsb_service.settings import Settings, WorkerClass
@@ -43,32 +38,13 @@ SECRET = "test-secret-" + "x" * 20
 
 @contextmanager
 def fresh_postgres_database(prefix: str) -> Iterator[str]:
-    """Create `<prefix>_<random>` on the PostgreSQL server at PG_ADMIN_URL, migrate it, yield its URL and
-    drop it afterwards. An unreachable server fails the test run (no silent skip)."""
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"{prefix}_{secrets.token_hex(6)}"
+    """`lcsb_service.devserver.fresh_postgres_database` on PG_ADMIN_URL; an unreachable server fails the
+    test run (no silent skip)."""
     try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except sa.exc.OperationalError as exc:
-        admin.dispose()
-        pytest.fail(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig} (start it, or set "
-                    "LCSB_TEST_BACKENDS=sqlite to run without it)")
-    url = sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate(url)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def migrate(url: str) -> None:
-    """`alembic upgrade head` on `url` (the schema comes from the migrations only)."""
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("sqlalchemy.url", url)
-    command.upgrade(cfg, "head")
+        with devserver.fresh_postgres_database(PG_ADMIN_URL, prefix) as url:
+            yield url
+    except ConnectionError as exc:
+        pytest.fail(f"{exc} (start it, or set LCSB_TEST_BACKENDS=sqlite to run without it)")
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -156,46 +132,6 @@ class LiveServer:
 
     url: str
     pid: int
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The LCSB_* environment that rebuilds `settings` in another process."""
-    env = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if value is not None:
-            env[f"LCSB_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
-    env["LCSB_SECRET_KEY"] = settings.secret_key.get_secret_value()
-    return env
-
-
-def start_api(settings: Settings, *, log_level: str = "warning", log_file: Path | None = None,
-              **env: str) -> tuple[subprocess.Popen, str]:
-    """Start `uvicorn --factory api.main:create_app` in a child process with `settings` (plus `env`
-    overrides) on a free port; wait until `/healthz` answers 200. Returns (process, base URL).
-    `log_level` "info" turns uvicorn's access log on; `log_file` receives the process's stdout and stderr.
-    Raises RuntimeError (the process killed) when it does not start within 60 s."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, **settings_env(settings), **env}
-    out = log_file.open("ab") if log_file is not None else None
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "api.main:create_app", "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", log_level], cwd=ROOT, env=env,
-                            stdout=out, stderr=subprocess.STDOUT if out else None)
-    if out is not None:
-        out.close()  # the child holds its own descriptor
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"uvicorn did not start (exit code {proc.poll()})")
-        time.sleep(0.1)
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""The benchmark's scoring and curve arithmetic (bench/quality.py, bench/quality_report.py)."""
+"""The benchmark's scoring and curve arithmetic (bench/quality.py, bench/common/curves.py,
+bench/quality_report.py, bench/schedule_decision.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import math
 
 import pytest
 
-from tests.bench import BENCH, load_bench
-
-quality = load_bench("quality")
-report = load_bench("quality_report")
-decide = load_bench("schedule_decision")
+from bench import quality
+from bench import quality_report as report
+from bench import schedule_decision as decide
+from bench.common import curves
+from bench.common.paths import DATA
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -35,7 +36,7 @@ def test_answers_match_compares_numbers_not_strings():
 def test_extract_answer_on_real_gsm8k_rows():
     import json
 
-    lines = (BENCH.parents[1] / "shared/data/gsm8k/test.jsonl").read_text().splitlines()[:50]
+    lines = (DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[:50]
     rows = [json.loads(line) for line in lines]
     answers = [quality.extract_answer(r["answer"]) for r in rows]
     assert all(a is not None for a in answers)
@@ -44,18 +45,18 @@ def test_extract_answer_on_real_gsm8k_rows():
 
 def test_time_to_reach_interpolates_first_crossing():
     curve = [(0.0, 2.0), (10.0, 1.6), (20.0, 1.2), (30.0, 1.3)]
-    assert report.time_to_reach(curve, 1.4) == pytest.approx(15.0)
-    assert report.time_to_reach(curve, 2.5) == 0.0
-    assert report.time_to_reach(curve, 1.0) is None
-    assert report.time_to_reach([(0.0, 2.0), (5.0, 1.0)], 1.0) == pytest.approx(5.0)
+    assert curves.time_to_reach(curve, 1.4) == pytest.approx(15.0)
+    assert curves.time_to_reach(curve, 2.5) == 0.0
+    assert curves.time_to_reach(curve, 1.0) is None
+    assert curves.time_to_reach([(0.0, 2.0), (5.0, 1.0)], 1.0) == pytest.approx(5.0)
 
 
 def test_value_at_time_and_mean_sd():
     curve = [(0.0, 2.0), (10.0, 1.0)]
-    assert report.value_at_time(curve, 2.5) == pytest.approx(1.75)
-    assert report.value_at_time(curve, 11.0) is None
-    assert report.mean_sd([1.0, 3.0], "{:.1f}") == f"2.0 ± {math.sqrt(2):.1f}"
-    assert report.mean_sd([1.5], "{:.2f}") == "1.50"
+    assert curves.value_at_time(curve, 2.5) == pytest.approx(1.75)
+    assert curves.value_at_time(curve, 11.0) is None
+    assert curves.mean_sd([1.0, 3.0], "{:.1f}") == f"2.0 ± {math.sqrt(2):.1f}"
+    assert curves.mean_sd([1.5], "{:.2f}") == "1.50"
 
 
 def _run(schedule, seed, evals, step_time, steps):

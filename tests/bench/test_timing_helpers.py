@@ -1,30 +1,28 @@
-"""The timing benches' own machinery on the tiny model: bench/step_time.py's interleaved rounds and
-per-round ratios, and bench/trainer_overhead.py's stepped Trainer loop (one optimizer step per call,
-the same weights as an uninterrupted `train()`), its service-job mode's callbacks, and
-bench/adapter_ablation.py's per-layer LoRA lookup."""
+"""The timing benches' own machinery on the tiny model: bench/common/timing.py's interleaved rounds and
+per-round ratios, bench/step_time.py's speed-up tables, bench/trainer_overhead.py's stepped Trainer loop
+(one optimizer step per call, the same weights as an uninterrupted `train()`) and its service-job mode's
+callbacks, and bench/rss_flat.py's step-by-step pairing of two modes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from bench import rss_flat, step_time
+from bench import trainer_overhead as overhead
+from bench.common import timing
 from lcsb_core.config import TrainConfig
 from lcsb_core.trainer import Trainer
-from tests.bench import load_bench
 from tests.core.tiny import VOCAB, tiny_lora
-
-step_time = load_bench("step_time")
-overhead = load_bench("trainer_overhead")
-rss_flat = load_bench("rss_flat")
 
 
 def test_interleave_rotates_the_order_and_times_only_the_timed_rounds():
     calls: list[str] = []
     cycles = [[lambda: calls.append("a")], [lambda: calls.append("b1"), lambda: calls.append("b2")]]
-    times, peaks = step_time.interleave(cycles, ["a", "b"], torch.device("cpu"), rounds=2, warmup_rounds=1)
+    times, peaks = timing.interleave(cycles, ["a", "b"], torch.device("cpu"), rounds=2, warmup_rounds=1)
     assert calls == ["a", "b1", "b2", "b1", "b2", "a", "a", "b1", "b2"]
     assert [len(t) for t in times] == [2, 2] and all(p > 0 for p in peaks)
-    assert step_time.round_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(2.0)
+    assert timing.round_ratio([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(2.0)
 
 
 def _row(schedule: str, k: int, rounds: list[float]) -> dict:
@@ -85,17 +83,6 @@ def test_service_job_callbacks_report_each_step_to_the_job_row_as_the_worker_doe
         steps = [e.data["step"] for e in s.scalars(select(JobEvent).where(JobEvent.type == "metrics"))]
     assert steps == [1, 2]
     assert loop.finish()["steps"] == 5
-
-
-def test_adapter_ablation_finds_each_layers_lora_b_and_parses_layer_ranges():
-    ablation = load_bench("adapter_ablation")
-    assert ablation.layer_ranges("0-7,12,") == [(0, 7), (12, 12)]
-    model = tiny_lora(0)
-    by_layer = ablation.lora_b_by_layer(model)
-    layers = model.config.num_hidden_layers
-    assert sorted(by_layer) == list(range(layers))
-    per_layer = {len(ps) for ps in by_layer.values()}
-    assert per_layer == {sum("lora_B" in n for n, _ in model.named_parameters()) // layers}
 
 
 def test_rss_flat_pairs_two_modes_step_by_step():

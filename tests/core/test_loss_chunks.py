@@ -1,4 +1,4 @@
-"""The chunked LM-head loss (`lcsb_core.memory.LOSS_CHUNK_BYTES`, `HeadLossSum`): the same loss, gradients and
+"""The chunked LM-head loss (`lm_loss_sums(..., chunk_bytes=...)`, `HeadLossSum`): the same loss, gradients and
 accuracy as the head over all target positions at once, with at most one chunk's [positions, vocab] logits
 recorded for backward at a time."""
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from lcsb_core import memory
 from lcsb_core.loss import lm_loss_sums
 from tests.core.tiny import VOCAB, tiny_lora
 
@@ -24,10 +23,9 @@ def _batch() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
 
 
-def _loss_and_grads(chunk_bytes: int, monkeypatch) -> tuple[float, list[torch.Tensor], int]:
+def _loss_and_grads(chunk_bytes: int) -> tuple[float, list[torch.Tensor], int]:
     """Loss sum, every LoRA gradient, and the most positions of [positions, vocab] logits (or their softmax)
     that autograd saved for backward in one tensor."""
-    monkeypatch.setattr(memory, "LOSS_CHUNK_BYTES", chunk_bytes)
     model = tiny_lora(seed=0)
     largest = 0
 
@@ -38,7 +36,7 @@ def _loss_and_grads(chunk_bytes: int, monkeypatch) -> tuple[float, list[torch.Te
         return t
 
     with saved_tensors_hooks(pack, lambda t: t):
-        sums = lm_loss_sums(model, _batch())
+        sums = lm_loss_sums(model, _batch(), chunk_bytes=chunk_bytes)
     assert sums.num_targets == TARGETS
     sums.loss_sum.backward()
     grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
@@ -46,9 +44,9 @@ def _loss_and_grads(chunk_bytes: int, monkeypatch) -> tuple[float, list[torch.Te
     return float(sums.loss_sum), grads, largest
 
 
-def test_chunks_give_the_whole_loss_and_gradients_without_saving_the_logits(monkeypatch):
-    whole_loss, whole_grads, whole_saved = _loss_and_grads(0, monkeypatch)
-    chunk_loss, chunk_grads, chunk_saved = _loss_and_grads(5 * VOCAB * 4, monkeypatch)  # 5 positions a chunk: 9
+def test_chunks_give_the_whole_loss_and_gradients_without_saving_the_logits():
+    whole_loss, whole_grads, whole_saved = _loss_and_grads(0)
+    chunk_loss, chunk_grads, chunk_saved = _loss_and_grads(5 * VOCAB * 4)  # 5 positions a chunk: 9
     assert chunk_loss == pytest.approx(whole_loss, rel=1e-6)
     for a, b in zip(whole_grads, chunk_grads, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)  # float summation order only
@@ -56,13 +54,12 @@ def test_chunks_give_the_whole_loss_and_gradients_without_saving_the_logits(monk
     assert chunk_saved == 5  # one chunk's softmax at a time, freed once the chunk's gradient is taken
 
 
-def test_chunked_evaluation_counts_the_same_hits(monkeypatch):
+def test_chunked_evaluation_counts_the_same_hits():
     model = tiny_lora(seed=0)
     results = []
     for chunk_bytes in (0, 4 * VOCAB * 4):
-        monkeypatch.setattr(memory, "LOSS_CHUNK_BYTES", chunk_bytes)
         with torch.no_grad():
-            sums = lm_loss_sums(model, _batch(), with_accuracy=True)
+            sums = lm_loss_sums(model, _batch(), with_accuracy=True, chunk_bytes=chunk_bytes)
         results.append((float(sums.loss_sum), sums.num_targets, sums.num_correct))
     assert results[0][1:] == results[1][1:]
     assert results[1][0] == pytest.approx(results[0][0], rel=1e-6)
@@ -76,3 +73,8 @@ def test_a_batch_without_targets_gives_a_zero_loss_that_backward_accepts():
     assert (sums.num_targets, float(sums.loss_sum)) == (0, 0.0)
     sums.loss_sum.backward()
     assert all(float(p.grad.abs().sum()) == 0.0 for p in model.parameters() if p.requires_grad)
+
+
+def test_a_negative_chunk_size_is_refused_naming_the_parameter():
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        lm_loss_sums(tiny_lora(seed=0), _batch(), chunk_bytes=-1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,13 +24,13 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.main import create_app
+from lcsb_core.models.tiny import TINY, TINY_NAN, build_tiny_models  # noqa: F401 - TINY_NAN re-exported to the tests
 from lcsb_service.keys import create_key
 from lcsb_service.settings import Settings, WorkerClass
 from tests.api.conftest import SECRET, fresh_postgres_database, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("LCSB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-TINY, TINY_NAN = "tiny-llama", "tiny-nan"
 HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, REAPER_S = 0.5, 4.0, 0.5
 LOST_BOUND_S = HEARTBEAT_TIMEOUT_S + REAPER_S + 3.0
 WORKER_START_S = 60.0
@@ -54,31 +53,6 @@ def redis_prefix() -> Iterator[str]:
     yield prefix
     for key in client.scan_iter(match=f"{prefix}*"):
         client.delete(key)
-
-
-def build_tiny_models(root: Path) -> Path:
-    """Write `tiny-llama` (3 layers, hidden 32, SmolLM2's tokenizer and chat template) and `tiny-nan`
-    (the same with a NaN in the final norm: every loss is NaN) under `root`; returns `root`."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from lcsb_core.models.gguf_import import ensure_default_model
-
-    src = ensure_default_model()
-    for name in (TINY, TINY_NAN):
-        torch.manual_seed(0)
-        cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                          num_key_value_heads=2, vocab_size=49152, tie_word_embeddings=True, pad_token_id=2,
-                          bos_token_id=1, eos_token_id=2, max_position_embeddings=2048)
-        model = LlamaForCausalLM(cfg)
-        if name == TINY_NAN:
-            with torch.no_grad():
-                model.model.norm.weight[0] = float("nan")
-        model.save_pretrained(root / name)
-        for f in src.iterdir():
-            if f.name.startswith(("tokenizer", "chat_template", "special")):
-                shutil.copy(f, root / name / f.name)
-    return root
 
 
 @pytest.fixture(scope="session")

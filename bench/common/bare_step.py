@@ -1,0 +1,66 @@
+"""The bare optimizer step: a LoRA model wrapped for selective backprop and `lcsb_core.step.run_step` on
+one batch, without the trainer around it. The reference the step-time, peer and trainer-overhead
+benchmarks time against."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from lcsb_core.config import LoraSettings, OptimSettings
+from lcsb_core.lora import apply_lora
+from lcsb_core.models.loading import load_base_model
+from lcsb_core.optim import build_optimizer
+from lcsb_core.schedules import make_schedule
+from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.step import run_step
+
+
+def bare_model(folder: Path, quant: str, rank: int, device: torch.device):
+    """(PeftModel, SelectiveBackprop, AdamW) for the bare step: the base at `folder` quantized as
+    `quant`, LoRA rank `rank` (alpha 32, the seven projections), every layer wrapped for selective
+    backprop (LCSB skip mode), AdamW at lr 1e-5 over all LoRA parameters."""
+    base = load_base_model(folder, quantization=quant, device=device)
+    model = apply_lora(base, LoraSettings(rank=rank), seed=0)
+    sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP)
+    params = [p for i in range(sel.num_layers) for p in sel.params_by_layer[i]]
+    return model, sel, build_optimizer(params, OptimSettings(learning_rate=1e-5))
+
+
+def random_batch(vocab_size: int, batch: int, seq: int, device: torch.device, seed: int = 0) -> dict:
+    """input_ids, attention_mask (all ones) and labels (= input_ids: every token a target) [batch, seq],
+    uniform random token ids from a generator seeded with `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab_size - 1, (batch, seq), generator=gen).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def schedule_of(token: str, num_layers: int, fraction: float = 0.25):
+    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`) at
+    k = `fraction` x `num_layers` (full: all layers)."""
+    name, _, every = token.removesuffix("-momentum-off").partition("/")
+    return make_schedule(name, num_layers=num_layers, fraction=1.0 if name == "full" else fraction,
+                         full_every=int(every or 4))
+
+
+def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, fraction: float = 0.25,
+               checkpointing: bool = False) -> list[Callable[[], object]]:
+    """One whole cycle of schedule `token` as bare steps: callable t runs `run_step` (forward, backward,
+    clipping at 1.0, AdamW) on `batch` with the layers the schedule selects at its step t; skipped
+    layers in the schedule's mode (LCSB skip or frozen), momentum for skipped layers unless the token
+    ends in `-momentum-off`."""
+    sched = schedule_of(token, sel.num_layers, fraction)
+    mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
+    momentum = not token.endswith("-momentum-off")
+
+    def step(t: int) -> None:
+        sel.skip_mode, sel.gradient_checkpointing = mode, checkpointing
+        run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
+                 max_grad_norm=1.0)
+
+    return [functools.partial(step, t) for t in range(sched.cycle_length)]
+
+

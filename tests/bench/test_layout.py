@@ -1,0 +1,58 @@
+"""The bench package's import structure (docs/ARCHITECTURE.md: bench sits on top of the layers): no module
+imports the tests, the modules import each other without a cycle (counting imports inside functions too),
+and only the benchmark of the worker's training loop imports worker code."""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+from bench.common.paths import ROOT
+
+BENCH = ROOT / "bench"
+WORKER_IMPORTERS = {"bench.trainer_overhead"}  # mode (c) times the worker child's own callbacks
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> every module it imports (top level and inside functions), for each .py file of bench/."""
+    graph: dict[str, set[str]] = {}
+    for path in BENCH.rglob("*.py"):
+        if "results" in path.relative_to(BENCH).parts:
+            continue
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        graph[_module(path)] = names
+    return graph
+
+
+def test_bench_imports_no_tests():
+    offenders = {m: sorted(n for n in names if n == "tests" or n.startswith("tests."))
+                 for m, names in _imports().items()}
+    assert {m: n for m, n in offenders.items() if n} == {}
+
+
+def test_bench_modules_import_each_other_without_a_cycle():
+    graph = _imports()
+    local = {m: {n for n in names if n in graph and n != m} for m, names in graph.items()}
+    assert local["bench.quality_report"] >= {"bench.schedule_decision", "bench.common.curves"}
+    assert "bench.quality_report" not in local["bench.schedule_decision"]
+    try:
+        tuple(TopologicalSorter(local).static_order())
+    except CycleError as exc:
+        raise AssertionError(f"import cycle in bench/: {' -> '.join(exc.args[1])}") from exc
+
+
+def test_only_the_training_loop_benchmark_imports_worker_code():
+    importers = {m for m, names in _imports().items() if any(n == "worker" or n.startswith("worker.") for n in names)}
+    assert importers == WORKER_IMPORTERS

@@ -96,3 +96,61 @@ def test_the_rules_see_every_kind_of_import():
     assert [n for _, n in found if forbidden(n, HEAVY | {"worker", "tests"})] == [
         "torch.nn", "worker.tasks", "worker.training.jobs", "worker.training.child.main", "tests.api.conftest"]
     assert not forbidden("workers_pool", {"worker"}) and not forbidden("torchvision", {"torch"})
+
+
+PACKAGES = ("lcsb_core", "lcsb_service", "api", "worker", "lcsb_client", "bench")
+# Each package's layer (docs/ARCHITECTURE.md): a package may import only packages of a lower layer.
+LAYER = {"lcsb_core": 0, "lcsb_service": 1, "lcsb_client": 1, "api": 2, "worker": 2, "bench": 3}
+
+
+def _runtime_source(source: str) -> str:
+    """`source` without its `if TYPE_CHECKING:` blocks: imports only the type checker runs make no cycle."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block:
+                kept = [n for n in block if not (isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING"))]
+                setattr(node, field, kept or [ast.Pass()])
+    return ast.unparse(tree)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the house's modules it imports at run time (module level or inside functions; a package's
+    `__init__` importing its own submodules is not an edge back to it)."""
+    paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             if "results" not in p.relative_to(ROOT).parts}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        deps: set[str] = set()
+        for _, name in imports_in(_runtime_source(path.read_text()), module, path.name == "__init__.py"):
+            parts = name.split(".")
+            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in paths), None)
+            if target and target != module and not module.startswith(target + ".") \
+                    and not (path.name == "__init__.py" and target.startswith(module + ".")):
+                deps.add(target)
+        graph[module] = deps
+    return graph
+
+
+def test_the_packages_read_as_layers_and_no_module_cycle():
+    from graphlib import CycleError, TopologicalSorter
+
+    graph = module_graph()
+    upward = sorted(f"{m} imports {d}" for m, ds in graph.items() for d in ds
+                    if LAYER[d.split(".")[0]] >= LAYER[m.split(".")[0]] and d.split(".")[0] != m.split(".")[0])
+    assert upward == [], "a package imports one of its own layer or above"
+    try:
+        list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from exc
+
+
+def test_the_cycle_check_sees_a_cycle_and_skips_type_checking_imports():
+    assert "lcsb_core.config" not in _runtime_source(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lcsb_core.config import X\n")
+    assert "lcsb_core.config" in _runtime_source("def f():\n    from lcsb_core.config import X\n")
+    from graphlib import CycleError, TopologicalSorter
+
+    with pytest.raises(CycleError):
+        list(TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())

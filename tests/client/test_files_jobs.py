@@ -136,14 +136,15 @@ def test_api_errors_are_one_line_and_exit_2(lcsb, svc, app, tmp_path):
 
 
 def test_the_example_job_spec_is_accepted(lcsb, tmp_path):
-    """examples/gsm8k_job.yaml (the README's main job) against the live API, on small stand-in datasets
-    at the paths it names."""
+    """examples/gsm8k_job.yaml (the README's main job) against the live API, on stand-in datasets at the
+    paths it names, as many training lines as the real one (400): its eval_every and save_every (50) must
+    fit the run's real step count (100), which creation now checks."""
     example = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_job.yaml"
     (tmp_path / "examples").mkdir()
     spec = tmp_path / "examples" / example.name
     spec.write_text(example.read_text())
     raw = yaml.safe_load(example.read_text())
-    write_dataset(spec.parent / raw["training_path"], n=12)
+    write_dataset(spec.parent / raw["training_path"], n=400)
     write_dataset(spec.parent / raw["validation_path"], n=10)
     r = lcsb("jobs", "submit", spec, "--json")
     assert r.exit_code == 0, r.output

@@ -110,7 +110,8 @@ def _runtime_source(source: str) -> str:
         for field in ("body", "orelse"):
             block = getattr(node, field, None)
             if isinstance(block, list) and block:
-                kept = [n for n in block if not (isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING"))]
+                kept = [n for n in block
+                        if not (isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING"))]
                 setattr(node, field, kept or [ast.Pass()])
     return ast.unparse(tree)
 

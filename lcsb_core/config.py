@@ -274,10 +274,10 @@ class TrainConfig:
         if self.early_stopping is not None:
             uses.append(("early_stopping", self.early_stopping.metric, "early_stopping.metric"))
         for name, metric, metric_field in uses:
-            what = "best compares" if name == "select_checkpoint.mode" else "compares"
+            what = "is best, which compares" if name == "select_checkpoint.mode" else "compares"
             _check(self.eval_every > 0 and bool(self.data.validation_file), name,
-                   f"{what} the evaluations during the run, but there are none: give {{data.validation_file}} "
-                   "and set {eval_every} > 0", ("data.validation_file", "eval_every"))
+                   f"{what} evaluations during the run, but none run before its end: give "
+                   "{data.validation_file} and set {eval_every} > 0", ("data.validation_file", "eval_every"))
             check_metric_available(metric, metric_field, self.graders())
 
     def total_steps(self, train_examples: int | None) -> int | None:

@@ -161,8 +161,8 @@ class SelectionWatch:
         """Restore `state_dict()`'s values (None: a checkpoint written before selection existed)."""
         if not state:
             return
-        self.best = tuple(state["best"]) if state.get("best") else None  # type: ignore[assignment]
+        self.best = tuple(state["best"]) if state.get("best") else None
         self.best_tensors = state.get("best_tensors")
-        self.stopping_best = tuple(state["stopping_best"]) if state.get("stopping_best") else None  # type: ignore[assignment]
+        self.stopping_best = tuple(state["stopping_best"]) if state.get("stopping_best") else None
         self.evals_without_gain = int(state.get("evals_without_gain", 0))
         self.stop = state.get("stop")

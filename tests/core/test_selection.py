@@ -223,3 +223,16 @@ def test_bad_values_name_their_field(tmp_path, section, values, field):
     with pytest.raises(ConfigError) as caught:
         config(tmp_path, **{section: values})
     assert caught.value.field == field
+
+
+def test_the_final_evaluation_is_a_candidate(tmp_path):
+    # 15 steps evaluated every 4: 4, 8, 12 in the loop, 15 at the end; a steady learning rate keeps improving
+    cfg = config(tmp_path, max_steps=15, eval_every=4, save_every=4, lcsb={"schedule": "full", "k": None},
+                 lora={"dropout": 0.0}, optim={"learning_rate": 0.01, "warmup_steps": 0, "lr_schedule": "constant"},
+                 select_checkpoint={"mode": "best"})
+    t = run(cfg)
+    losses = eval_losses(t)
+    assert sorted(losses) == [0, 4, 8, 12, 15] and losses[15] < min(losses[s] for s in (4, 8, 12))
+    assert t.summary["selected_checkpoint"]["step"] == 15 and t.summary["eval_loss_after"] == losses[15]
+    final, at_12 = adapter(t.files.adapter), adapter(t.files.checkpoint_dir(12))
+    assert any(not torch.equal(final[k], at_12[k]) for k in final)

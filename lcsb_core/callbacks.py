@@ -49,6 +49,12 @@ class EvalReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def named_metrics(self) -> dict[str, float]:
+        """The evaluation's metrics by the names that checkpoint selection and early stopping take
+        (`lcsb_core.selection`): `eval_loss`, `eval_token_accuracy` (graded evaluation adds its
+        `grader/<name>` scores here)."""
+        return {"eval_loss": self.eval_loss, "eval_token_accuracy": self.eval_token_accuracy}
+
 
 @dataclass
 class EvalProgress:

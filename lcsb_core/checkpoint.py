@@ -42,9 +42,11 @@ positional list, which cannot be matched to the parameters safely and is refused
 
 
 def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Parameter], names: list[str],
-                    optimizer: torch.optim.Optimizer, step: int, schedule_state: dict | None) -> Path:
+                    optimizer: torch.optim.Optimizer, step: int, schedule_state: dict | None,
+                    selection_state: dict | None = None) -> Path:
     """Adapter + `trainer_state.pt` in `out_dir` after `step` completed optimizer steps. `names` are the
-    qualified names of `params` (same order): the LoRA tensors are stored by name."""
+    qualified names of `params` (same order): the LoRA tensors are stored by name. `selection_state`:
+    `SelectionWatch.state_dict()` (the best evaluation so far, early stopping's count)."""
     save_adapter(model, params, out_dir)
     state = {
         "format": CHECKPOINT_FORMAT,
@@ -52,6 +54,7 @@ def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Paramete
         "optimizer": optimizer.state_dict(),
         "lora": {name: p.detach().clone() for name, p in zip(names, params, strict=True)},
         "schedule": schedule_state,
+        "selection": selection_state,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
     }
@@ -64,7 +67,7 @@ def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Paramete
 def load_checkpoint(ckpt_dir: Path, *, params: list[nn.Parameter], names: list[str],
                     optimizer: torch.optim.Optimizer) -> dict:
     """Restore LoRA weights (exact tensors, matched by name), optimizer and RNG states; returns the
-    state dict (`step`, `schedule`).
+    state dict (`step`, `schedule`, `selection`: None before it existed).
 
     Raises:
         CheckpointError: the checkpoint has the older positional layout, or its LoRA tensors do not

@@ -8,6 +8,7 @@ not silently fall back to a default). `to_dict()` gives the resolved config save
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from lcsb_core.schedules import (
     check_schedule,
     schedule_takes,
 )
+from lcsb_core.selection import SELECT_MODES, check_metric_available, check_metric_name
 
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -168,12 +170,47 @@ class DataSettings:
 
 
 @dataclass
+class SelectCheckpointSettings:
+    """Which adapter the run delivers (`lcsb_core.selection`): `last` (after the final step) or `best`
+    (the evaluated step with the best `metric`: `eval_loss`, lower is better; `eval_token_accuracy` or
+    a grader's `grader/<name>`, higher is better). `best` needs periodic evaluation
+    (`TrainConfig.check_honoured`)."""
+
+    mode: str = "last"
+    metric: str = "eval_loss"
+
+    def __post_init__(self) -> None:
+        _check(self.mode in SELECT_MODES, "select_checkpoint.mode",
+               f"must be one of {', '.join(SELECT_MODES)}, got {self.mode!r}")
+        check_metric_name(self.metric, "select_checkpoint.metric")
+
+
+@dataclass
+class EarlyStoppingSettings:
+    """End the run after `patience` evaluations in a row that do not improve `metric` (named as in
+    `SelectCheckpointSettings`) by more than `min_delta` (in the metric's units); the run then ends
+    normally, short of its planned steps (`lcsb_core.selection`)."""
+
+    metric: str = "eval_loss"
+    patience: int = 3
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_metric_name(self.metric, "early_stopping.metric")
+        _check(isinstance(self.patience, int) and self.patience >= 1, "early_stopping.patience",
+               f"must be an integer >= 1 (evaluations), got {self.patience!r}")
+        _check(self.min_delta >= 0 and math.isfinite(self.min_delta), "early_stopping.min_delta",
+               f"must be a finite number >= 0, got {self.min_delta!r}")
+
+
+@dataclass
 class TrainConfig:
     """One run. `max_steps` (optimizer steps) and/or `epochs`: training stops at whichever comes first;
     with neither, one epoch. `eval_every`/`save_every`/`log_every` are in optimizer steps (0 = only at
     the end for eval and save, never for log). `eval_at_start`: measure the step-0 ("before") eval loss
     (with a validation set); the trainer measures it on the base model after the first optimizer step
-    (the same numbers: a fresh adapter is the identity), so training starts at once either way."""
+    (the same numbers: a fresh adapter is the identity), so training starts at once either way.
+    `select_checkpoint`: the delivered adapter (last or best evaluated); `early_stopping` (None: off)."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -190,6 +227,8 @@ class TrainConfig:
     log_every: int = 1
     eval_at_start: bool = True
     output_dir: str = "runs/run"
+    select_checkpoint: SelectCheckpointSettings = field(default_factory=SelectCheckpointSettings)
+    early_stopping: EarlyStoppingSettings | None = None
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
@@ -217,9 +256,29 @@ class TrainConfig:
         _check(self.eval_every == 0 or bool(self.data.validation_file), "eval_every",
                f"is {self.eval_every}, but periodic evaluation needs {{data.validation_file}}; give a validation "
                "file or set {eval_every} to 0", ("data.validation_file", "eval_every"))
+        self._check_selection()
         problems = self.unreachable_settings(train_examples)
         if problems:
             raise problems[0]
+
+    def graders(self) -> tuple[str, ...]:
+        """The names of the run's graders, whose scores are the `grader/<name>` metrics (none: graded
+        evaluation is not configured)."""
+        return ()
+
+    def _check_selection(self) -> None:
+        """`select_checkpoint` best and `early_stopping` compare evaluations of trained adapters: they
+        need `eval_every` > 0 (and so a validation file), and their metrics must be ones the run measures."""
+        uses = [("select_checkpoint.mode", self.select_checkpoint.metric, "select_checkpoint.metric")] \
+            if self.select_checkpoint.mode == "best" else []
+        if self.early_stopping is not None:
+            uses.append(("early_stopping", self.early_stopping.metric, "early_stopping.metric"))
+        for name, metric, metric_field in uses:
+            what = "is best, which compares" if name == "select_checkpoint.mode" else "compares"
+            _check(self.eval_every > 0 and bool(self.data.validation_file), name,
+                   f"{what} evaluations during the run, but none run before its end: give "
+                   "{data.validation_file} and set {eval_every} > 0", ("data.validation_file", "eval_every"))
+            check_metric_available(metric, metric_field, self.graders())
 
     def total_steps(self, train_examples: int | None) -> int | None:
         """The run's optimizer steps for `train_examples` training examples (`run_length.planned_steps`,
@@ -248,8 +307,27 @@ class TrainConfig:
                   ("save_every", self.save_every, "it would never happen"),
                   ("optim.warmup_steps", self.optim.warmup_steps, "the learning rate would never reach its value"),
                   ("lcsb.full_every", self.lcsb.full_every or 0, "no full backward step would run")]
-        return [ConfigError(name, f"is {value}, more than {bound}: {why}", mentions=mentions)
-                for name, value, why in checks if value > steps]
+        problems = [ConfigError(name, f"is {value}, more than {bound}: {why}", mentions=mentions)
+                    for name, value, why in checks if value > steps]
+        if self.eval_every > 0:
+            problems += self._unreachable_selection(steps, bound, mentions)
+        return problems
+
+    def _unreachable_selection(self, steps: int, bound: str, mentions: tuple[str, ...]) -> list[ConfigError]:
+        """`best` needs two evaluations of trained adapters (`eval_every` < the run's steps); early stopping
+        needs `patience` + 1 of them before the run's last step, or it could never end the run early."""
+        problems = []
+        if self.select_checkpoint.mode == "best" and self.eval_every >= steps:
+            problems.append(ConfigError("select_checkpoint.mode", f"best needs two evaluations or more to choose "
+                                        f"from, but {{eval_every}} {self.eval_every} gives one in {bound}",
+                                        mentions=("eval_every", *mentions)))
+        stopping = self.early_stopping
+        if stopping is not None and (stopping.patience + 1) * self.eval_every >= steps:
+            problems.append(ConfigError("early_stopping.patience", f"is {stopping.patience}: stopping early needs "
+                                        f"{stopping.patience + 1} evaluations, every {{eval_every}} "
+                                        f"{self.eval_every} steps, before the end of {bound}",
+                                        mentions=("eval_every", *mentions)))
+        return problems
 
     def _length_reason(self, steps: int, train_examples: int) -> tuple[str, tuple[str, ...]]:
         """"the run's 3 optimizer steps (12 training examples in batches of {batch_size} 4 for {epochs} 1)"
@@ -274,10 +352,15 @@ class TrainConfig:
         """
         raw = dict(raw)
         sections = {"data": DataSettings, "model": ModelSettings, "lora": LoraSettings,
-                    "lcsb": LCSBSettings, "optim": OptimSettings}
+                    "lcsb": LCSBSettings, "optim": OptimSettings, "select_checkpoint": SelectCheckpointSettings,
+                    "early_stopping": EarlyStoppingSettings}
+        optional = {"early_stopping"}  # None (or left out): off
         kwargs: dict[str, Any] = {}
         for name, klass in sections.items():
-            value = raw.pop(name, {}) or {}
+            value = raw.pop(name, None)
+            if value is None and name in optional:
+                continue
+            value = value or {}
             if not isinstance(value, dict):
                 raise ConfigError(name, f"must be a mapping, got {type(value).__name__}")
             kwargs[name] = _build(klass, value, name)

@@ -4,7 +4,8 @@
     summary = trainer.train()              # or trainer.train(resume_from="latest")
 
 The step loop (`train`) fits on one screen; the step itself is `lcsb_core.step.run_step`; evaluation,
-checkpointing and reporting are small methods. Raises `DivergenceError` (NaN/Inf), `TrainingCancelled`
+checkpointing and reporting are small methods; `lcsb_core.selection.SelectionWatch` watches the
+evaluations (the best adapter kept, early stopping). Raises `DivergenceError` (NaN/Inf), `TrainingCancelled`
 (a callback asked to stop), `DataError`, `ModelLoadError`, `ConfigError`.
 """
 
@@ -31,6 +32,7 @@ from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import schedule_for
+from lcsb_core.selection import SelectionWatch
 from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
 
@@ -60,6 +62,7 @@ class Trainer:
         self.device: torch.device = device  # type: ignore[assignment]  # resolved by setup()
         self.files = RunFiles(config.output_dir)
         self.run = RunState()
+        self.selection = SelectionWatch(config.select_checkpoint, config.early_stopping)  # anew in each train()
         self._ready = False
 
     # ---- setup -------------------------------------------------------------------------------
@@ -119,9 +122,11 @@ class Trainer:
 
     # ---- train -------------------------------------------------------------------------------
     def train(self, resume_from: str | Path | None = None) -> dict:
-        """Train to `total_steps`; returns the summary (also written to summary.json)."""
+        """Train to `total_steps` (or until early stopping ends the run); returns the summary (also
+        written to summary.json)."""
         self.setup()
         cfg = self.config
+        self.selection = SelectionWatch(cfg.select_checkpoint, cfg.early_stopping)
         start = self._resume(resume_from) if resume_from else self._fresh_start()
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
@@ -149,6 +154,8 @@ class Trainer:
             done = step + 1
             if self._due(cfg.eval_every, done):
                 self.evaluate(done)
+            if self.selection.stops_run(done, self.total_steps):
+                break  # early stopping: the final adapter is this step's (or the best); no checkpoint
             if self._due(cfg.save_every, done) and done < self.total_steps:
                 self.save_checkpoint(done)
         return self._finish()
@@ -170,6 +177,7 @@ class Trainer:
             return self._fresh_start()
         state = load_checkpoint(ckpt, params=self.params, names=self.param_names, optimizer=self.optimizer)
         self.schedule.load_state_dict(state.get("schedule"))
+        self.selection.load_state_dict(state.get("selection"))
         start = int(state["step"])
         self.files.truncate_after(self.files.metrics, start)
         self.files.truncate_after(self.files.history, start - 1)
@@ -223,6 +231,7 @@ class Trainer:
                             eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
                             eval_time_s=time.perf_counter() - t0)
         self.run.eval_history.append(report)
+        self.selection.observe(report, self.params)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
         self._emit("on_eval", report)
         return report
@@ -231,25 +240,34 @@ class Trainer:
         """Adapter + trainer state after `step` optimizer steps."""
         path = save_checkpoint(self.files.checkpoint_dir(step), model=self.model, params=self.params,
                                names=self.param_names, optimizer=self.optimizer, step=step,
-                               schedule_state=self.schedule.state_dict())
+                               schedule_state=self.schedule.state_dict(),
+                               selection_state=self.selection.state_dict())
         self._emit("on_checkpoint", step, str(path))
         return path
 
     def _finish(self) -> dict:
+        """The final evaluation (unless the last step had one), the delivered adapter (the best
+        evaluated one with `select_checkpoint` best), metrics, plots and the summary. `steps` are the
+        steps run (short of `planned_steps` when `stopped_early`); the `*_after` numbers are the delivered
+        adapter's evaluation."""
         from lcsb_core.plots import write_plots
 
+        stopped = self.selection.stopped_early(self.total_steps)
+        steps = stopped["step"] if stopped else self.total_steps
         evals = list(self.run.eval_history)
-        if self.eval_dataset is not None and (not evals or evals[-1].step != self.total_steps):
-            evals = evals + [self.evaluate(self.total_steps)]
+        if self.eval_dataset is not None and (not evals or evals[-1].step != steps):
+            evals = evals + [self.evaluate(steps)]
+        selected = self.selection.restore(self.params, steps)
+        after = next((e for e in reversed(evals) if e.step == selected["step"]), evals[-1] if evals else None)
         save_adapter(self.model, self.params, self.files.adapter)
         self.files.write_metrics_csv()
         plots = write_plots(self.files)
         summary = {
-            "steps": self.total_steps, "k": self.k, "num_layers": self.selective.num_layers,
-            "schedule": self.config.lcsb.schedule,
+            "steps": steps, "planned_steps": self.total_steps, "k": self.k, "num_layers": self.selective.num_layers,
+            "schedule": self.config.lcsb.schedule, "selected_checkpoint": selected, "stopped_early": stopped,
             "eval_loss_before": evals[0].eval_loss if evals and evals[0].step == 0 else None,
-            "eval_loss_after": evals[-1].eval_loss if evals else None,
-            "eval_token_accuracy_after": evals[-1].eval_token_accuracy if evals else None,
+            "eval_loss_after": after.eval_loss if after else None,
+            "eval_token_accuracy_after": after.eval_token_accuracy if after else None,
             "train_seconds": time.perf_counter() - self.run.t_start,
             "peak_memory_mib": self.run.peak_memory_mib or None,
             "trained_tokens": self.run.trained_tokens,

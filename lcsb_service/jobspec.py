@@ -18,6 +18,8 @@ Mapping (API -> TrainConfig):
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
     method.eval_at_start                                                -> eval_at_start
     method.on_truncation                                                -> data.on_truncation
+    method.select_checkpoint.{mode, metric}                             -> select_checkpoint.*
+    method.early_stopping.{metric, patience, min_delta}                 -> early_stopping.* (absent: off)
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
 fields, its cross-field rules (`TrainConfig.check_honoured`, with the training file's example count: an
@@ -31,6 +33,7 @@ its sections' dataclass defaults) is the one home of every default; this module 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -50,7 +53,8 @@ _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method",
                      "max_steps": "hyperparameters.max_steps", "eval_every": "method.eval_every",
                      "save_every": "method.save_every", "eval_at_start": "method.eval_at_start",
                      "data.on_truncation": "method.on_truncation",
-                     "data.validation_file": "validation_file", "data.train_file": "training_file"}
+                     "data.validation_file": "validation_file", "data.train_file": "training_file",
+                     "select_checkpoint": "method.select_checkpoint", "early_stopping": "method.early_stopping"}
 
 
 @dataclass
@@ -165,7 +169,10 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
         "seed": request["seed"], **_given(method, "eval_every", "save_every", "eval_at_start"),
         "output_dir": f"runs/{job_id}",
+        "select_checkpoint": _given(method.get("select_checkpoint") or {}, "mode", "metric"),
     }
+    if method.get("early_stopping") is not None:
+        raw["early_stopping"] = _given(method["early_stopping"], "metric", "patience", "min_delta")
     try:
         cfg = TrainConfig.from_dict(raw)
         cfg.check_honoured(train_examples)
@@ -211,6 +218,8 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
         "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
         "eval_at_start": cfg.eval_at_start,
+        "select_checkpoint": {"mode": cfg.select_checkpoint.mode, "metric": cfg.select_checkpoint.metric},
+        "early_stopping": dataclasses.asdict(cfg.early_stopping) if cfg.early_stopping else None,
     }
 
 

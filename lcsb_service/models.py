@@ -89,6 +89,7 @@ class Job(Base):
     memory_estimate: Mapped[dict[str, Any]]
     data_report: Mapped[dict[str, Any] | None]  # the worker's dataset check with the model's tokenizer
     warnings: Mapped[list[Any] | None] = mapped_column(JSONType)  # e.g. a finite divergence (worker.training)
+    result: Mapped[dict[str, Any] | None]      # a succeeded run's selected checkpoint and early stop (worker.training)
     queue: Mapped[str] = mapped_column(String(100))
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))

@@ -72,9 +72,10 @@ def claim(session: Session, job_id: str, *, worker: str | None = None) -> Job | 
 
 
 def finish(session: Session, job_id: str, *, fine_tuned_model: str, trained_tokens: int | None = None,
-           result_files: list[str] | None = None) -> Job | None:
-    """running -> succeeded. Returns None (and changes nothing) when the job is no longer running, e.g.
-    cancelled while its last step ran.
+           result_files: list[str] | None = None, result: dict[str, Any] | None = None) -> Job | None:
+    """running -> succeeded, with `result` (the run's selected checkpoint and early stop, the job object's
+    `result`). Returns None (and changes nothing) when the job is no longer running, e.g. cancelled while
+    its last step ran.
 
     Raises:
         NotFound: no such job.
@@ -85,6 +86,8 @@ def finish(session: Session, job_id: str, *, fine_tuned_model: str, trained_toke
         values["trained_tokens"] = trained_tokens
     if result_files is not None:
         values["result_files"] = list(result_files)
+    if result is not None:
+        values["result"] = result
     job = _apply(session, job_id, (JobStatus.RUNNING,), JobStatus.SUCCEEDED, **values)
     if job is not None:
         add_event(session, job_id, "The job has successfully completed",

@@ -15,13 +15,16 @@ from lcsb_core.config import (
     ON_TRUNCATION,
     QUANTIZATIONS,
     DataSettings,
+    EarlyStoppingSettings,
     LCSBSettings,
     LoraSettings,
     ModelSettings,
     OptimSettings,
+    SelectCheckpointSettings,
     TrainConfig,
 )
 from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
+from lcsb_core.selection import GRADER_PREFIX, LOWER_IS_BETTER, SELECT_MODES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
@@ -111,6 +114,35 @@ class LCSBMethod(BaseModel):
         return self
 
 
+_METRICS = (f"{', '.join(LOWER_IS_BETTER)} (lower, higher is better) or {GRADER_PREFIX}<name> (a grader's "
+            "score, higher is better; needs that grader in the job)")
+
+
+class SelectCheckpointMethod(BaseModel):
+    """Which adapter becomes the job's `fine_tuned_model` and final download."""
+
+    model_config = Strict
+    mode: Literal[SELECT_MODES] | None = Field(  # type: ignore[valid-type]
+        default=None, description=f"last (the adapter after the final step) or best (the evaluated step with the best "
+        f"metric; needs validation_file and method.eval_every) (default {SelectCheckpointSettings.mode})")
+    metric: str | None = Field(default=None, min_length=1, max_length=128, description=(
+        f"what best compares: {_METRICS} (default {SelectCheckpointSettings.metric})"))
+
+
+class EarlyStoppingMethod(BaseModel):
+    """End the job, succeeded, after `patience` evaluations without an improvement of the metric by more
+    than `min_delta`; needs validation_file and method.eval_every."""
+
+    model_config = Strict
+    metric: str | None = Field(default=None, min_length=1, max_length=128, description=(
+        f"what is watched: {_METRICS} (default {EarlyStoppingSettings.metric})"))
+    patience: int | None = Field(default=None, ge=1, le=1_000_000, description=(
+        f"evaluations in a row without an improvement before the run ends (default {EarlyStoppingSettings.patience})"))
+    min_delta: float | None = Field(default=None, ge=0, allow_inf_nan=False, description=(
+        f"the smallest change that counts as an improvement, in the metric's units (default "
+        f"{EarlyStoppingSettings.min_delta:g})"))
+
+
 class Method(BaseModel):
     """`type` must be `supervised`; the rest are this service's training settings."""
 
@@ -140,6 +172,10 @@ class Method(BaseModel):
         "fail the job with code `diverged` when training diverges without NaN (the mean train loss of "
         "the last 3 steps past 3x the first step's, or the eval loss past 1.25x its start); without it "
         "(the default) the job succeeds with a `diverged` warning"))
+    select_checkpoint: SelectCheckpointMethod | None = Field(default=None, description=(
+        "which evaluated adapter the job delivers: {\"mode\": \"best\", \"metric\": \"eval_loss\"} (default last)"))
+    early_stopping: EarlyStoppingMethod | None = Field(default=None, description=(
+        "{metric, patience, min_delta}: end the job early when the metric stops improving (default off)"))
 
 
 NO_NUL = r"^[^\x00]*$"  # PostgreSQL text and JSONB cannot hold NUL characters
@@ -217,6 +253,11 @@ class JobObject(BaseModel):
         "the worker's check of the datasets with the model's tokenizer, per file (`training_file`, "
         "`validation_file`): examples, usable, truncated and dropped (no target token left) with their "
         "lines, ignored keys, warnings; null until the job starts"))
+    result: dict[str, Any] | None = Field(default=None, description=(
+        "what a succeeded job delivered (null before): `selected_checkpoint` {mode (last | best), metric, step "
+        "(the optimizer step whose adapter is fine_tuned_model), value (the metric there), "
+        "fine_tuned_model_checkpoint (that step's checkpoint, when one was saved)}; `stopped_early` {step, reason, "
+        "metric, best_step, best_value, patience, min_delta} or null; `steps` run and `planned_steps`"))
 
     @classmethod
     def of(cls, job: Job) -> JobObject:
@@ -231,6 +272,6 @@ class JobObject(BaseModel):
             trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,
             estimated_finish=unix(job.estimated_finish), metadata=job.metadata_, method=job.method,
             user_provided_suffix=job.suffix, memory_estimate=job.memory_estimate, queue=job.queue,
-            data_report=job.data_report, warnings=list(job.warnings or []),
+            data_report=job.data_report, warnings=list(job.warnings or []), result=job.result,
             progress=Progress(steps_completed=job.steps_completed, total_steps=job.total_steps, percent=percent,
                               peak_memory_mib=job.peak_memory_mib, heartbeat_at=unix(job.heartbeat_at)))

@@ -141,7 +141,7 @@ def train(spec: ChildSpec, stop: threading.Event) -> Outcome:
                                       "checkpoints are kept", steps=reporter.steps_done,
                                       peak_memory_mib=reporter.peak_mib or None)
         return Outcome(JobStatus.SUCCEEDED, steps=summary["steps"], peak_memory_mib=summary.get("peak_memory_mib"),
-                       summary=summary)
+                       summary=summary, result=reporter.result)
     except Exception as exc:  # every failure becomes a public error code
         log.exception("job %s failed", spec.job_id)
         out = classify(exc, cap_mib=spec.cage.cap_mib, peak_mib=reporter.peak_mib or None,

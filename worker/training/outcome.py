@@ -33,7 +33,8 @@ OOM_MARKERS = ("can't allocate memory", "out of memory", "cannot allocate memory
 @dataclass
 class Outcome:
     """`status` succeeded / cancelled / failed; for failed: `code`, public `message`, `param`, and
-    `detail` (kept in the job's events only). `summary` is the trainer's; `steps` the last step done."""
+    `detail` (kept in the job's events only). `summary` is the trainer's; `steps` the last step done;
+    `result` the job's `result` (`reporter.job_result`: selected checkpoint, early stop) when it succeeded."""
 
     status: str
     code: str | None = None
@@ -43,6 +44,7 @@ class Outcome:
     steps: int = 0
     peak_memory_mib: float | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, code: str, message: str, **kw: Any) -> Outcome:

@@ -13,8 +13,13 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    eval_batches_total, eval_elapsed_s
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61"
     on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz)
-    on_end         "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
-Each step also updates the job's progress, trained tokens, peak memory and heartbeat.
+    on_end         "Training stopped early at step 30 of 100: eval_loss did not improve by more than 0 in 2
+                   evaluations (best 1.21 at step 10, 1.25 at step 30)" (with method.early_stopping; data: the
+                   summary's `stopped_early`, and the job's progress becomes 30 of 30 steps: the run's real length);
+                   "Selected step 10 (eval_loss 1.21) as the job's model" (with method.select_checkpoint best;
+                   data: `selected_checkpoint`); "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
+Each step also updates the job's progress, trained tokens, peak memory and heartbeat. `result` (set at the
+end) is what the job object's `result` shows: `job_result`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_service import transitions
@@ -62,6 +68,8 @@ class JobReporter(TrainerCallback):
         self.last_metrics: dict = {}
         self.first_step: tuple[int, float] | None = None  # (steps done, trainer s) as this run's first step began
         self.eval_noted_s = 0.0  # the current evaluation's elapsed seconds at its last progress event
+        self.checkpoints: dict[int, str] = {}  # step -> published fine_tuned_model_checkpoint
+        self.result: dict[str, Any] | None = None
 
     def on_start(self, info: dict) -> None:
         self.total_steps, self.steps_done = info["total_steps"], info["start_step"]
@@ -126,13 +134,23 @@ class JobReporter(TrainerCallback):
             row = publish_checkpoint(s, self.storage, job_id=self.job_id, step=step, folder=path,
                                      fine_tuned_model=self.fine_tuned_model,
                                      metrics={**self.last_metrics, "step": step})
+            self.checkpoints[step] = row.fine_tuned_model_checkpoint
             add_event(s, self.job_id, f"Checkpoint saved at step {step}",
                       data={"step": step, "checkpoint": row.id,
                             "fine_tuned_model_checkpoint": row.fine_tuned_model_checkpoint})
 
     def on_end(self, summary: dict) -> None:
         peak = summary.get("peak_memory_mib") or self.peak_mib
+        self.result = job_result(summary, self.checkpoints)
+        stopped, chosen = self.result["stopped_early"], self.result["selected_checkpoint"]
         with _reporting("the end", self.job_id), self.db.session() as s:
+            if stopped:
+                add_event(s, self.job_id, f"Training stopped early at step {stopped['step']} of "
+                          f"{summary['planned_steps']}: {stopped['reason']}", data=stopped)
+                record_progress(s, self.job_id, steps_completed=stopped["step"], total_steps=stopped["step"])
+            if chosen["mode"] == "best" and chosen["value"] is not None:
+                add_event(s, self.job_id, f"Selected step {chosen['step']} ({chosen['metric']} {chosen['value']:.4g}) "
+                          "as the job's model", data=chosen)
             add_event(s, self.job_id, f"Training finished: {summary['steps']} steps in "
                       f"{summary['train_seconds']:.0f} s, peak memory {peak:.0f} MiB",
                       data={k: summary.get(k) for k in ("steps", "train_seconds", "peak_memory_mib", "trained_tokens",
@@ -149,3 +167,14 @@ class JobReporter(TrainerCallback):
         except Exception:
             log.warning("could not read job %s's status; going on", self.job_id, exc_info=True)
             return False
+
+
+def job_result(summary: dict, checkpoints: dict[int, str]) -> dict[str, Any]:
+    """The job object's `result` from the trainer's summary: `selected_checkpoint` {mode, metric, step,
+    value, fine_tuned_model_checkpoint (the published checkpoint of that step, else None)}, `stopped_early`
+    (the summary's, or None), `steps` (run) and `planned_steps`."""
+    chosen = dict(summary.get("selected_checkpoint") or {"mode": "last", "metric": None, "step": summary["steps"],
+                                                          "value": None})
+    chosen["fine_tuned_model_checkpoint"] = checkpoints.get(chosen["step"])
+    return {"selected_checkpoint": chosen, "stopped_early": summary.get("stopped_early"), "steps": summary["steps"],
+            "planned_steps": summary.get("planned_steps", summary["steps"])}

@@ -213,7 +213,8 @@ def conclude(ctx: WorkerContext, job: Job, outcome: Outcome, fine_tuned_model: s
             files = publish_run(s, ctx.storage, job_id=job.id, owner_id=job.owner_id, run_dir=run_dir,
                                 public_paths=public)
             transitions.finish(s, job.id, fine_tuned_model=fine_tuned_model,
-                               trained_tokens=outcome.summary.get("trained_tokens"), result_files=files)
+                               trained_tokens=outcome.summary.get("trained_tokens"), result_files=files,
+                               result=outcome.result)
             return JobStatus.SUCCEEDED
         if outcome.status == JobStatus.CANCELLED:  # the child saw a stop that the row no longer shows: treat as lost
             outcome = Outcome.failed("internal_error", INTERNAL_MESSAGE, detail="training stopped while running")

@@ -33,6 +33,7 @@ from fastapi import Depends, FastAPI
 
 from api import errors, log_redaction, ui
 from api.admission import AdmissionLimit
+from api.body_errors import strict_json_body
 from api.metrics import MetricsMiddleware, ServiceMetrics
 from api.query import reject_unknown_query
 from api.routes import estimate, events, files, health, jobs, models, outputs
@@ -69,7 +70,8 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
                        wait_s=settings.api_queue_timeout_s, retry_after_s=settings.api_retry_after_s)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost: counts the 503s too
     errors.install(app)
-    known_query = [Depends(reject_unknown_query)]  # an unknown query parameter is a 400, never ignored
+    # an unknown query parameter, a repeated key or NaN in a JSON body: a 400, never ignored or guessed
+    known_query = [Depends(reject_unknown_query), Depends(strict_json_body)]
     app.include_router(files.router, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
                        dependencies=known_query, responses=errors_of(400))
     for module in (estimate, jobs, events, outputs, models):

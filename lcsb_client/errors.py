@@ -19,6 +19,10 @@ class ClientError(Exception):
         self.code, self.message, self.param, self.status = code, message, param, status
 
     def __str__(self) -> str:
+        """`error (code): message [param]`; a message of several lines (one per bad line of a file) names
+        the param on the first line instead, where it cannot be read as part of the last line."""
+        if self.param and "\n" in self.message:
+            return f"error ({self.code}) [{self.param}]: {self.message}"
         return f"error ({self.code}): {self.message}" + (f" [{self.param}]" if self.param else "")
 
 

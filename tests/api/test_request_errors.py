@@ -163,3 +163,36 @@ def test_the_core_refuses_the_same_ranges():
     with pytest.raises(ConfigError, match=r"must be in \[0.001, 4096\], got 1e-300") as alpha:
         LoraSettings(alpha=1e-300)
     assert (lr.value.field, alpha.value.field) == ("optim.learning_rate", "lora.alpha")
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES)
+@pytest.mark.parametrize(("doc", "key"), [
+    ('{"model": "%s", "training_file": "file-1", "seed": 1, "seed": 2}', "seed"),
+    ('{"model": "%s", "training_file": "file-1", "hyperparameters": {"n_epochs": 1, "batch_size": 4, '
+     '"max_steps": 2}, "hyperparameters": {"n_epochs": 1}}', "hyperparameters"),
+    ('{"model": "%s", "training_file": "file-1", "method": {"lora": {"rank": 8, "rank": 16}}}', "rank"),
+])
+def test_a_key_repeated_in_one_object_is_refused_not_guessed(client, alice, route, doc, key):
+    """Python's parser keeps the last value (the first `hyperparameters` block would vanish without a
+    word); the request is refused naming the key, before any field is read."""
+    message = body_error(post(client, alice, route, doc % SMOL, JSON))
+    assert message == (f'the request body is ambiguous: the key "{key}" appears more than once in one object, '
+                       "and a JSON reader keeps either value; send each key once")
+
+
+@pytest.mark.parametrize("route", BODY_ROUTES)
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(client, alice, route, constant):
+    doc = '{"model": "%s", "training_file": "file-1", "hyperparameters": {"weight_decay": %s}}' % (SMOL, constant)
+    message = body_error(post(client, alice, route, doc, JSON))
+    assert message == (f"the request body is not valid JSON: {constant} is not a JSON value (JSON has no NaN or "
+                       "Infinity, RFC 8259); send a finite number")
+
+
+def test_strict_bodies_pass_and_uploads_are_not_read_as_json(client, alice):
+    """A strict body reaches the route (the same key in two different objects is no repeat); a multipart
+    upload is not parsed by the check."""
+    doc = json.dumps({"model": SMOL, "training_file": "file-missing", "metadata": {"seed": "1"}, "seed": 1})
+    response = post(client, alice, BODY_ROUTES[0], doc, JSON)  # the route ran: no such file
+    assert response.status_code == 400 and response.json()["error"]["code"] == "file_not_found", response.text
+    upload_ok(client, alice)

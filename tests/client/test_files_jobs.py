@@ -39,8 +39,9 @@ def test_rejected_upload_exits_2_with_the_reasons(lcsb, tmp_path):
     r = lcsb("files", "upload", bad)
     assert r.exit_code == 2, r.output
     assert "error" in r.stdout  # the file object is still printed, status error
-    assert r.stderr.startswith("error (invalid_file): bad.jsonl (file-")
-    assert "line 13" in r.stderr and "line 14" in r.stderr and r.stderr.rstrip().endswith("[file]")
+    # several lines, one per bad line: the param is named on the first, not after the last line's text
+    assert r.stderr.startswith("error (invalid_file) [file]: bad.jsonl (file-")
+    assert "line 13" in r.stderr and "line 14" in r.stderr and not r.stderr.rstrip().endswith("[file]")
     assert "Traceback" not in r.output
     few = write_dataset(tmp_path / "few.jsonl", n=3)
     r = lcsb("files", "upload", few)
@@ -103,7 +104,7 @@ def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, tmp_path):
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "train.jsonl", "metadata": {"suite": tag}}))
     r = lcsb("jobs", "submit", spec)
-    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_file): train.jsonl") and "line 13" in r.stderr
+    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_file) [file]: train.jsonl") and "line 13" in r.stderr
     assert json.loads(lcsb("jobs", "list", "--metadata", f"suite={tag}", "--json").stdout)["data"] == []
 
 

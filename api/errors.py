@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.body_errors import BODY_CODE, body_message, parse_failure_message
+from api.schemas.jobs import request_field_paths
 from lcsb_core.data.formats import json_type
 from lcsb_service.errors import ServiceError
 
@@ -73,6 +74,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
     param = ".".join(path) or None
     detail = " or ".join(dict.fromkeys(str(e.get("msg")) for e in same)) + _found(same[0])
+    if errs[0].get("type") == "extra_forbidden" and path:  # a known field in the wrong place: say where
+        elsewhere = [p for p in request_field_paths().get(str(path[-1]), []) if p != param]
+        if elsewhere:
+            detail += f"; {path[-1]} belongs at {' or '.join(elsewhere)}"
     message = f"{param}: {detail}" if param else detail
     more = len(errs) - len(same)
     if more > 0:

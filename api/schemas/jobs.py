@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -275,3 +275,23 @@ class JobObject(BaseModel):
             data_report=job.data_report, warnings=list(job.warnings or []), result=job.result,
             progress=Progress(steps_completed=job.steps_completed, total_steps=job.total_steps, percent=percent,
                               peak_memory_mib=job.peak_memory_mib, heartbeat_at=unix(job.heartbeat_at)))
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (`Method | None` -> [Method])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def request_field_paths(model: type[BaseModel] = JobCreate, prefix: str = "") -> dict[str, list[str]]:
+    """Each field name of the job request -> the dotted paths where it lives (`warmup_steps` ->
+    [`hyperparameters.warmup_steps`]), so an unknown field can be answered with where it belongs."""
+    paths: dict[str, list[str]] = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        paths.setdefault(key, []).append(prefix + key)
+        for sub in _models_in(field.annotation):
+            for inner, found in request_field_paths(sub, f"{prefix}{key}.").items():
+                paths.setdefault(inner, []).extend(found)
+    return paths

@@ -196,3 +196,16 @@ def test_strict_bodies_pass_and_uploads_are_not_read_as_json(client, alice):
     response = post(client, alice, BODY_ROUTES[0], doc, JSON)  # the route ran: no such file
     assert response.status_code == 400 and response.json()["error"]["code"] == "file_not_found", response.text
     upload_ok(client, alice)
+
+
+@pytest.mark.parametrize(("method", "param", "where"), [
+    ({"warmup_steps": 5}, "method.warmup_steps",
+     "hyperparameters.warmup_steps or method.supervised.hyperparameters.warmup_steps"),
+    ({"rank": 8}, "method.rank", "method.lora.rank"),
+])
+def test_a_known_field_in_the_wrong_section_says_where_it_belongs(client, alice, method, param, where):
+    """Fresh-user finding: `method.warmup_steps` answered only "Extra inputs are not permitted"."""
+    doc = json.dumps({"model": SMOL, "training_file": "file-1", "method": method})
+    err = assert_error(post(client, alice, BODY_ROUTES[0], doc, JSON), 400)
+    assert (err["code"], err["param"]) == ("unknown_parameter", param)
+    assert err["message"] == f"{param}: Extra inputs are not permitted; {param.split('.')[-1]} belongs at {where}"

@@ -37,7 +37,9 @@ class StepReport:
 class EvalReport:
     """An evaluation after `step` optimizer steps: mean loss over target tokens (nats) and the share
     of target tokens whose argmax prediction is right; `elapsed_s` since the run's start and
-    `eval_time_s` of the evaluation itself (seconds)."""
+    `eval_time_s` of the evaluation itself (seconds, graded evaluation included); `graded`: the mean
+    score in [0, 1] per grader of a graded evaluation, keyed `grader/<name>` (`lcsb_core.eval.graders`),
+    empty without one."""
 
     step: int
     eval_loss: float
@@ -45,9 +47,13 @@ class EvalReport:
     eval_target_tokens: int
     elapsed_s: float = 0.0
     eval_time_s: float = 0.0
+    graded: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain metrics: the fields, with each graded score as its own `grader/<name>` key."""
+        out = asdict(self)
+        graded = out.pop("graded")
+        return {**out, **graded}
 
 
 @dataclass

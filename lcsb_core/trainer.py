@@ -225,19 +225,23 @@ class Trainer:
         """The deferred step-0 evaluation: the base model, LoRA disabled (PEFT `disable_adapter`).
         Returns False: nothing is pending any more."""
         with self.model.disable_adapter():
-            self.evaluate(0, base=True)
+            self._base_model_eval = True  # the graded evaluation keeps these answers as the base's
+            try:
+                self.evaluate(0)
+            finally:
+                self._base_model_eval = False
         return False
 
-    def evaluate(self, step: int, *, base: bool = False) -> EvalReport:
+    def evaluate(self, step: int) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`),
-        and with an `eval` section the graded scores (`EvalReport.graded`; `base`: the model is the base
-        model, its adapter disabled); callbacks get `on_eval_progress` after each validation batch and
-        `on_eval` at the end."""
+        and with an `eval` section the graded scores (`EvalReport.graded`); callbacks get
+        `on_eval_progress` after each validation batch and `on_eval` at the end."""
         total, t0 = num_batches(self.eval_dataset, self.config.batch_size), time.perf_counter()
         totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
                                   on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
                                       step, n, total, time.perf_counter() - t0)))
-        graded = self.graded.evaluate(self.model, step, base=base) if self.graded is not None else {}
+        graded = ({} if self.graded is None else
+                  self.graded.evaluate(self.model, step, base=getattr(self, "_base_model_eval", False)))
         report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
                             eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
                             eval_time_s=time.perf_counter() - t0, graded=graded)
@@ -285,10 +289,8 @@ class Trainer:
         `graded_after` (the last evaluation), each {`grader/<name>`: mean score}; {} without graders."""
         if self.graded is None or not evals:
             return {}
-        from lcsb_core.eval.graded import SAMPLES_FILE
-
         return {"graded_before": evals[0].graded if evals[0].step == 0 else None, "graded_after": evals[-1].graded,
-                "eval_samples": str(self.files.root / SAMPLES_FILE)}
+                "eval_samples": str(self.files.eval_samples)}
 
     def _model_facts(self) -> dict:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,

@@ -26,6 +26,7 @@ class JobInputs:
     job: Job
     training_file: File
     validation_file: File | None
+    eval_file: File | None = None  # the graded evaluation's `method.eval.eval_file`; not a training input
 
     def uploads(self) -> dict[str, File]:
         """The uploads by request field: `training_file`, and `validation_file` when the job has one."""
@@ -47,10 +48,12 @@ def job_inputs(session: Session, job_id: str) -> JobInputs:
     if train is None:
         raise NotFound(f"training file {job.training_file!r} of job {job_id} not found")
     valid = session.get(File, job.validation_file) if job.validation_file else None
-    for row in (job, train, valid):
+    eval_id = ((job.train_config or {}).get("eval") or {}).get("eval_file")
+    graded = session.get(File, eval_id) if eval_id else None
+    for row in (job, train, valid, graded):
         if row is not None:
             session.expunge(row)
-    return JobInputs(job, train, valid)
+    return JobInputs(job, train, valid, graded)
 
 
 def job_method(session: Session, job_id: str) -> dict[str, Any]:

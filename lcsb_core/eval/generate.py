@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -90,7 +90,7 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
             rows = order[start:start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-            out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            out = cast(Any, model).generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                  do_sample=False, use_cache=True, eos_token_id=stops, pad_token_id=pad,
                                  temperature=None, top_p=None, top_k=None)
             for i, row in zip(rows, out[:, input_ids.shape[1]:], strict=True):

@@ -5,8 +5,8 @@
     scores = evaluator.evaluate(model, step=100)             # {"grader/numeric": 0.25, ...}
 
 Each evaluation writes `<run>/eval_samples/step-<N>.jsonl` and copies it to `<run>/eval_samples.jsonl`
-(the latest one; the worker publishes it), one row per sample: step, line, prompt, reference,
-base_answer, answer, grades ({grader name: 0.0 or 1.0}). The base model's answers come from the step-0
+(the latest one, which the worker publishes; names from `lcsb_core.run_files`), one row per sample:
+step, line, prompt, reference, base_answer, answer, grades ({grader name: 0.0 or 1.0}). The base model's answers come from the step-0
 evaluation; when there was none (`eval_at_start` off, a resumed run), the first evaluation generates
 them with the adapter disabled.
 """
@@ -24,9 +24,7 @@ from lcsb_core.eval.generate import generate_answers
 from lcsb_core.eval.graders import grade_all
 from lcsb_core.eval.samples import EvalSample
 from lcsb_core.eval.settings import EvalSettings
-
-SAMPLES_FILE = "eval_samples.jsonl"
-SAMPLES_DIR = "eval_samples"
+from lcsb_core.run_files import RunFiles
 
 
 class GradedEvaluator:
@@ -36,7 +34,7 @@ class GradedEvaluator:
     def __init__(self, settings: EvalSettings, samples: list[EvalSample], tokenizer: Any, run_dir: str | Path, *,
                  max_prompt_tokens: int | None = None) -> None:
         self.settings, self.samples, self.tokenizer = settings, samples, tokenizer
-        self.run_dir = Path(run_dir)
+        self.files = RunFiles(run_dir)
         self.max_prompt_tokens = max_prompt_tokens
         self.prompts = [s.render(tokenizer) for s in samples]
         self.base_answers: list[str] | None = None
@@ -62,7 +60,7 @@ class GradedEvaluator:
         return scores
 
     def _write(self, step: int, answers: list[str], grades: list[dict[str, float]]) -> None:
-        folder = self.run_dir / SAMPLES_DIR
+        folder = self.files.eval_samples_dir
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"step-{step:06d}.jsonl"
         base = self.base_answers or [""] * len(answers)
@@ -72,4 +70,4 @@ class GradedEvaluator:
                 fh.write(json.dumps({"step": step, "line": sample.line, "prompt": prompt,
                                      "reference": sample.reference, "base_answer": base_answer,
                                      "answer": answer, "grades": grade}, ensure_ascii=False) + "\n")
-        shutil.copyfile(path, self.run_dir / SAMPLES_FILE)
+        shutil.copyfile(path, self.files.eval_samples)

@@ -11,7 +11,9 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
                    line at least every 30 s during a long one); data: step, eval_batches_done,
                    eval_batches_total, eval_elapsed_s
-    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61"
+    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
+                   data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
+                   `grader/<name>` score, which the checkpoint of the same step carries in its `metrics`
     on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz)
     on_end         "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
 Each step also updates the job's progress, trained tokens, peak memory and heartbeat.
@@ -113,13 +115,14 @@ class JobReporter(TrainerCallback):
     def on_eval(self, r: EvalReport) -> None:
         if r.step == 0 and self.first_step is not None:  # the deferred step-0 evaluation is not a step's time
             self.first_step = (self.first_step[0], self.first_step[1] + r.eval_time_s)
-        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy)
+        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy, **r.graded)
+        scores = "".join(f", {key}={value:.3f}" for key, value in r.graded.items())
         with _reporting("an evaluation", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation loss={r.eval_loss:.4f}, "
-                      f"token accuracy={r.eval_token_accuracy:.3f}", type="metrics",
+                      f"token accuracy={r.eval_token_accuracy:.3f}{scores}", type="metrics",
                       data={"step": r.step, "valid_loss": r.eval_loss,
                             "valid_mean_token_accuracy": r.eval_token_accuracy,
-                            "eval_target_tokens": r.eval_target_tokens})
+                            "eval_target_tokens": r.eval_target_tokens, **r.graded})
 
     def on_checkpoint(self, step: int, path: str) -> None:
         with _reporting("a checkpoint", self.job_id), self.db.session() as s:

@@ -6,9 +6,9 @@
 
 Each evaluation writes `<run>/eval_samples/step-<N>.jsonl` and copies it to `<run>/eval_samples.jsonl`
 (the latest one, which the worker publishes; names from `lcsb_core.run_files`), one row per sample:
-step, line, prompt, reference, base_answer, answer, grades ({grader name: 0.0 or 1.0}). The base model's answers come from the step-0
-evaluation; when there was none (`eval_at_start` off, a resumed run), the first evaluation generates
-them with the adapter disabled.
+step, line, prompt, reference, base_answer, answer, grades ({grader name: 0.0 or 1.0}). The base model's
+answers come from the step-0 evaluation; when there was none (`eval_at_start` off, a resumed run), the
+first evaluation generates them with the adapter disabled.
 """
 
 from __future__ import annotations

@@ -174,7 +174,9 @@ class TrainConfig:
     with neither, one epoch. `eval_every`/`save_every`/`log_every` are in optimizer steps (0 = only at
     the end for eval and save, never for log). `eval_at_start`: measure the step-0 ("before") eval loss
     (with a validation set); the trainer measures it on the base model after the first optimizer step
-    (the same numbers: a fresh adapter is the identity), so training starts at once either way."""
+    (the same numbers: a fresh adapter is the identity), so training starts at once either way.
+    `eval`: graded evaluation (`lcsb_core.eval.settings.EvalSettings`) at each of those evaluations,
+    step 0 included; None (the default) runs none."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)

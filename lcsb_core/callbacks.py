@@ -59,12 +59,15 @@ class EvalReport:
 @dataclass
 class EvalProgress:
     """Progress inside one evaluation, after each of its batches: `batches_done` of `batches_total`
-    validation batches at optimizer step `step`, `elapsed_s` seconds since the evaluation began."""
+    validation batches at optimizer step `step`, `elapsed_s` seconds since the evaluation began. With
+    `phase` "graded" (a graded evaluation's generation), the counts are decoding steps instead: after
+    each token generated for a batch of prompts, of (batches x max_new_tokens) at most."""
 
     step: int
     batches_done: int
     batches_total: int
     elapsed_s: float
+    phase: str = "loss"
 
 
 class TrainerCallback:

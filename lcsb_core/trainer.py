@@ -240,8 +240,10 @@ class Trainer:
         totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
                                   on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
                                       step, n, total, time.perf_counter() - t0)))
-        graded = ({} if self.graded is None else
-                  self.graded.evaluate(self.model, step, base=getattr(self, "_base_model_eval", False)))
+        graded = ({} if self.graded is None else self.graded.evaluate(
+            self.model, step, base=getattr(self, "_base_model_eval", False),
+            on_token=lambda n, of: self._emit("on_eval_progress", EvalProgress(
+                step, n, of, time.perf_counter() - t0, phase="graded"))))
         report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
                             eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
                             eval_time_s=time.perf_counter() - t0, graded=graded)

@@ -35,11 +35,11 @@ class JobInputs:
 
 
 def job_inputs(session: Session, job_id: str) -> JobInputs:
-    """The job `job_id` and its training and validation file rows, expunged from `session` so they stay
-    readable after it closes.
+    """The job `job_id` and its training, validation and graded-evaluation (`method.eval.eval_file`) file
+    rows, expunged from `session` so they stay readable after it closes.
 
     Raises:
-        NotFound: no such job, or its training file row is gone.
+        NotFound: no such job, or its training file or eval file row is gone.
     """
     job = session.get(Job, job_id)
     if job is None:
@@ -50,6 +50,8 @@ def job_inputs(session: Session, job_id: str) -> JobInputs:
     valid = session.get(File, job.validation_file) if job.validation_file else None
     eval_id = ((job.train_config or {}).get("eval") or {}).get("eval_file")
     graded = session.get(File, eval_id) if eval_id else None
+    if eval_id and graded is None:
+        raise NotFound(f"eval file {eval_id!r} of job {job_id} not found")
     for row in (job, train, valid, graded):
         if row is not None:
             session.expunge(row)

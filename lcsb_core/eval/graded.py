@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +40,25 @@ class GradedEvaluator:
         self.prompts = [s.render(tokenizer) for s in samples]
         self.base_answers: list[str] | None = None
 
-    def answers(self, model: nn.Module) -> list[str]:
-        """The model's greedy answers to the samples' prompts, as it is now."""
+    def answers(self, model: nn.Module, on_token: Callable[[int, int], None] | None = None) -> list[str]:
+        """The model's greedy answers to the samples' prompts, as it is now (`on_token`: see
+        `generate_answers`)."""
         return generate_answers(model, self.tokenizer, self.prompts, max_new_tokens=self.settings.max_new_tokens,
                                 add_special_tokens=[not s.messages for s in self.samples],
-                                max_prompt_tokens=self.max_prompt_tokens)
+                                max_prompt_tokens=self.max_prompt_tokens, on_token=on_token)
 
-    def evaluate(self, model: nn.Module, step: int, *, base: bool = False) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, step: int, *, base: bool = False,
+                 on_token: Callable[[int, int], None] | None = None) -> dict[str, float]:
         """Answer, grade and write the samples of the evaluation after `step` optimizer steps; returns
         the mean score per grader, keyed `grader/<name>`. `base`: `model` is the base model (the caller
-        disabled the adapter), whose answers later evaluations show beside theirs."""
-        answers = self.answers(model)
+        disabled the adapter), whose answers later evaluations show beside theirs. `on_token(done,
+        total)` after each decoding step."""
+        answers = self.answers(model, on_token)
         if base:
             self.base_answers = answers
         elif self.base_answers is None:
             with model.disable_adapter():  # type: ignore[operator]
-                self.base_answers = self.answers(model)
+                self.base_answers = self.answers(model, on_token)
         grades, scores = grade_all(self.settings.parsed, answers, [s.reference for s in self.samples])
         self._write(step, answers, grades)
         return scores

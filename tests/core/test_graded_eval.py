@@ -46,10 +46,13 @@ def config(files, out: str, graded: bool) -> TrainConfig:
 
 class Recorder(TrainerCallback):
     def __init__(self):
-        self.evals = []
+        self.evals, self.progress = [], []
 
     def on_eval(self, report):
         self.evals.append(report)
+
+    def on_eval_progress(self, progress):
+        self.progress.append(progress)
 
 
 def test_graded_eval_leaves_training_bit_identical(files):
@@ -69,6 +72,10 @@ def test_scores_are_the_graders_on_the_written_answers(files):
     t = Trainer(config(files, "report", graded=True), callbacks=[rec])
     summary = t.train()
     assert [r.step for r in rec.evals] == [0, 2, 4]
+    # generation reports each decoding step (what keeps a worker's heartbeat through a long evaluation)
+    graded_ticks = [(p.step, p.batches_done, p.batches_total) for p in rec.progress if p.phase == "graded"]
+    assert {s for s, _, _ in graded_ticks} == {0, 2, 4} and all(1 <= n <= of == 6 for _, n, of in graded_ticks)
+    assert [n for s, n, _ in graded_ticks if s == 4] == list(range(1, len([1 for s, *_ in graded_ticks if s == 4]) + 1))
     graders = t.config.eval.parsed
     for report in rec.evals:
         rows = [json.loads(line) for line in

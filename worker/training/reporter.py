@@ -10,7 +10,9 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
                    `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
                    line at least every 30 s during a long one); data: step, eval_batches_done,
-                   eval_batches_total, eval_elapsed_s
+                   eval_batches_total, eval_elapsed_s, eval_phase; a graded evaluation's generation
+                   reports decoding steps the same way ("Evaluating at step 0: answering prompts,
+                   40/384 decoding steps, 21 s"), which keeps the heartbeat through a long one
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
                    data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
                    `grader/<name>` score, which the checkpoint of the same step carries in its `metrics`
@@ -105,10 +107,11 @@ class JobReporter(TrainerCallback):
         if p.batches_done >= p.batches_total or p.elapsed_s - self.eval_noted_s < EVAL_PROGRESS_EVERY_S:
             return  # the evaluation's own event follows at once after its last batch
         self.eval_noted_s = p.elapsed_s
+        what = ("answering prompts, {}/{} decoding steps" if p.phase == "graded" else "{}/{} validation batches")
         with _reporting("evaluation progress", self.job_id), self.db.session() as s:
-            add_event(s, self.job_id, f"Evaluating at step {p.step}: {p.batches_done}/{p.batches_total} "
-                      f"validation batches, {p.elapsed_s:.0f} s",
-                      data={"step": p.step, "eval_batches_done": p.batches_done,
+            add_event(s, self.job_id, f"Evaluating at step {p.step}: {what.format(p.batches_done, p.batches_total)}, "
+                      f"{p.elapsed_s:.0f} s",
+                      data={"step": p.step, "eval_batches_done": p.batches_done, "eval_phase": p.phase,
                             "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1)})
             heartbeat(s, self.job_id)
 

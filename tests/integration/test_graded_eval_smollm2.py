@@ -28,7 +28,7 @@ def test_base_and_changed_adapter_answer_differently_and_scores_are_the_graders(
         "model": {"name_or_path": "SmolLM2-135M-Instruct", "quantization": "nf4", "device": "cpu"},
         "eval": {"graders": [{"type": "numeric"}, {"type": "regex", "pattern": r"\d"},
                              {"type": "contains", "value": "eggs", "case_sensitive": False}],
-                 "n_samples": 4, "max_new_tokens": 12},
+                 "n_samples": 4, "max_new_tokens": 6},
         "output_dir": str(tmp_path / "run")})
     model, tokenizer, _ = load_components(cfg)
     evaluator = GradedEvaluator(cfg.eval, read_samples(valid, 4), tokenizer, tmp_path / "run")
@@ -38,7 +38,7 @@ def test_base_and_changed_adapter_answer_differently_and_scores_are_the_graders(
     with torch.no_grad():  # a changed adapter: LoRA B away from zero, as training moves it
         for name, p in model.named_parameters():
             if ".lora_B." in name:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     scores = evaluator.evaluate(model, 1)
     run = tmp_path / "run"
     base_rows = [json.loads(x) for x in (run / "eval_samples" / "step-000000.jsonl").read_text().splitlines()]

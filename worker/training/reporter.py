@@ -10,8 +10,8 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
                    `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
                    line at least every 30 s during a long one); data: step, eval_batches_done,
-                   eval_batches_total, eval_elapsed_s, eval_phase; a graded evaluation's generation
-                   reports decoding steps the same way ("Evaluating at step 0: answering prompts,
+                   eval_batches_total, eval_elapsed_s; a graded evaluation's generation reports
+                   decoding steps the same way, with eval_phase "graded" ("Evaluating at step 0: answering prompts,
                    40/384 decoding steps, 21 s"), which keeps the heartbeat through a long one
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
                    data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
@@ -111,8 +111,9 @@ class JobReporter(TrainerCallback):
         with _reporting("evaluation progress", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Evaluating at step {p.step}: {what.format(p.batches_done, p.batches_total)}, "
                       f"{p.elapsed_s:.0f} s",
-                      data={"step": p.step, "eval_batches_done": p.batches_done, "eval_phase": p.phase,
-                            "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1)})
+                      data={"step": p.step, "eval_batches_done": p.batches_done,
+                            "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1),
+                            **({"eval_phase": p.phase} if p.phase == "graded" else {})})
             heartbeat(s, self.job_id)
 
     def on_eval(self, r: EvalReport) -> None:

@@ -148,7 +148,7 @@ def download(job_id: JobId,
              out: Annotated[Path | None, typer.Option("--out", "-o", file_okay=False,
                                                       help="folder to write to (default ./<job id>)")] = None,
              what: Annotated[str, typer.Option(help="comma-separated: adapter, selection_history, metrics, plots, "
-                                               "summary, config, all")] = "all",
+                                               "summary, config, eval_samples, all")] = "all",
              base_url: BaseUrl = DEFAULT_BASE_URL, api_key: ApiKey = None) -> None:
     """Download a finished job's outputs; the adapter is unpacked to <out>/adapter/ (PEFT folder)."""
     kinds = parse_what(what)

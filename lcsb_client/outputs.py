@@ -18,7 +18,7 @@ from lcsb_client.service import Service
 
 # --what names -> artifact kinds (as the service labels them, lcsb_service.artifacts)
 WHAT_KINDS = {"adapter": "adapter", "selection_history": "selection_history", "metrics": "metrics",
-              "plots": "plot", "summary": "summary", "config": "config"}
+              "plots": "plot", "summary": "summary", "config": "config", "eval_samples": "eval_samples"}
 ADAPTER_ARCHIVE = "adapter.tar.gz"
 Track = Callable[[str, int], Callable[[int], None]]  # (name, bytes) -> per-chunk callback
 

@@ -37,7 +37,9 @@ class StepReport:
 class EvalReport:
     """An evaluation after `step` optimizer steps: mean loss over target tokens (nats) and the share
     of target tokens whose argmax prediction is right; `elapsed_s` since the run's start and
-    `eval_time_s` of the evaluation itself (seconds)."""
+    `eval_time_s` of the evaluation itself (seconds, graded evaluation included); `graded`: the mean
+    score in [0, 1] per grader of a graded evaluation, keyed `grader/<name>` (`lcsb_core.eval.graders`),
+    empty without one."""
 
     step: int
     eval_loss: float
@@ -45,26 +47,33 @@ class EvalReport:
     eval_target_tokens: int
     elapsed_s: float = 0.0
     eval_time_s: float = 0.0
+    graded: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain metrics: the fields, with each graded score as its own `grader/<name>` key."""
+        out = asdict(self)
+        graded = out.pop("graded")
+        return {**out, **graded}
 
     def named_metrics(self) -> dict[str, float]:
         """The evaluation's metrics by the names that checkpoint selection and early stopping take
-        (`lcsb_core.selection`): `eval_loss`, `eval_token_accuracy` (graded evaluation adds its
-        `grader/<name>` scores here)."""
-        return {"eval_loss": self.eval_loss, "eval_token_accuracy": self.eval_token_accuracy}
+        (`lcsb_core.selection`): `eval_loss`, `eval_token_accuracy` and a graded evaluation's
+        `grader/<name>` scores."""
+        return {"eval_loss": self.eval_loss, "eval_token_accuracy": self.eval_token_accuracy, **self.graded}
 
 
 @dataclass
 class EvalProgress:
     """Progress inside one evaluation, after each of its batches: `batches_done` of `batches_total`
-    validation batches at optimizer step `step`, `elapsed_s` seconds since the evaluation began."""
+    validation batches at optimizer step `step`, `elapsed_s` seconds since the evaluation began. With
+    `phase` "graded" (a graded evaluation's generation), the counts are decoding steps instead: after
+    each token generated for a batch of prompts, of (batches x max_new_tokens) at most."""
 
     step: int
     batches_done: int
     batches_total: int
     elapsed_s: float
+    phase: str = "loss"
 
 
 class TrainerCallback:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.errors import ConfigError
+from lcsb_core.eval.settings import EvalSettings
 from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import (
     DEFAULT_FRACTION,
@@ -210,7 +211,9 @@ class TrainConfig:
     the end for eval and save, never for log). `eval_at_start`: measure the step-0 ("before") eval loss
     (with a validation set); the trainer measures it on the base model after the first optimizer step
     (the same numbers: a fresh adapter is the identity), so training starts at once either way.
-    `select_checkpoint`: the delivered adapter (last or best evaluated); `early_stopping` (None: off)."""
+    `select_checkpoint`: the delivered adapter (last or best evaluated); `early_stopping` (None: off).
+    `eval`: graded evaluation (`lcsb_core.eval.settings.EvalSettings`) at each of those evaluations,
+    step 0 included; None (the default) runs none."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -229,6 +232,7 @@ class TrainConfig:
     output_dir: str = "runs/run"
     select_checkpoint: SelectCheckpointSettings = field(default_factory=SelectCheckpointSettings)
     early_stopping: EarlyStoppingSettings | None = None
+    eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
@@ -257,6 +261,7 @@ class TrainConfig:
                f"is {self.eval_every}, but periodic evaluation needs {{data.validation_file}}; give a validation "
                "file or set {eval_every} to 0", ("data.validation_file", "eval_every"))
         self._check_selection()
+        self._check_graded_eval()
         problems = self.unreachable_settings(train_examples)
         if problems:
             raise problems[0]
@@ -264,7 +269,7 @@ class TrainConfig:
     def graders(self) -> tuple[str, ...]:
         """The names of the run's graders, whose scores are the `grader/<name>` metrics (none: graded
         evaluation is not configured)."""
-        return ()
+        return () if self.eval is None else tuple(g.name for g in self.eval.parsed())
 
     def _check_selection(self) -> None:
         """`select_checkpoint` best and `early_stopping` compare evaluations of trained adapters: they
@@ -279,6 +284,20 @@ class TrainConfig:
                    f"{what} evaluations during the run, but none run before its end: give "
                    "{data.validation_file} and set {eval_every} > 0", ("data.validation_file", "eval_every"))
             check_metric_available(metric, metric_field, self.graders())
+    def _check_graded_eval(self) -> None:
+        """Graded evaluation runs beside the loss evaluation, so it needs `data.validation_file`; its
+        prompts come from `eval.eval_file` or, without one, from the validation file, which must then not
+        be a .txt corpus (no references). A JSONL text corpus is refused when the file is read
+        (`lcsb_core.eval.samples`) and by the service at creation, which knows each file's format."""
+        if self.eval is None:
+            return
+        _check(bool(self.data.validation_file), "eval",
+               "graded evaluation runs with the loss evaluation and needs {data.validation_file}",
+               ("data.validation_file",))
+        source = self.eval.eval_file or self.data.validation_file or ""
+        field = "eval.eval_file" if self.eval.eval_file else "data.validation_file"
+        _check(not source.lower().endswith(".txt"), field, "is a text corpus, which has no references to grade "
+               "against; give a chat or prompt/completion file as {eval.eval_file}", ("eval.eval_file",))
 
     def total_steps(self, train_examples: int | None) -> int | None:
         """The run's optimizer steps for `train_examples` training examples (`run_length.planned_steps`,
@@ -364,6 +383,10 @@ class TrainConfig:
             if not isinstance(value, dict):
                 raise ConfigError(name, f"must be a mapping, got {type(value).__name__}")
             kwargs[name] = _build(klass, value, name)
+        graded = raw.pop("eval", None)
+        if graded is not None and not isinstance(graded, (dict, EvalSettings)):
+            raise ConfigError("eval", f"must be a mapping, got {type(graded).__name__}")
+        kwargs["eval"] = _build(EvalSettings, graded, "eval") if isinstance(graded, dict) else graded
         return _build(cls, {**raw, **kwargs}, "")
 
     def to_dict(self) -> dict[str, Any]:

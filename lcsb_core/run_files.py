@@ -7,6 +7,9 @@
     <run>/adapter/                 the final PEFT adapter (adapter_config.json + adapter_model.safetensors)
     <run>/plots/*.png              loss curve, selection heatmap
     <run>/summary.json             final numbers
+    <run>/eval_samples/step-<N>.jsonl  graded evaluation: each sample's prompt, reference, base and current
+                                   answers and grades (lcsb_core.eval.graded), per evaluation step
+    <run>/eval_samples.jsonl       a copy of the latest of them
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class RunFiles:
         self.adapter = self.root / "adapter"
         self.plots = self.root / "plots"
         self.summary = self.root / "summary.json"
+        self.eval_samples = self.root / "eval_samples.jsonl"
+        self.eval_samples_dir = self.root / "eval_samples"
 
     def create(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

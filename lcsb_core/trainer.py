@@ -95,7 +95,23 @@ class Trainer:
         self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
         self.total_steps = self._total_steps()
+        self.graded = self._graded_evaluator()
         self._ready = True
+
+    def _graded_evaluator(self):
+        """The run's `GradedEvaluator` when the config has an `eval` section and the run evaluates (a
+        validation set), else None. Its prompts come from `eval.eval_file` or the validation file."""
+        graded = self.config.eval
+        if graded is None or self.eval_dataset is None:
+            return None
+        from lcsb_core.eval.graded import GradedEvaluator
+        from lcsb_core.eval.samples import read_samples
+
+        source = graded.eval_file or self.config.data.validation_file
+        if not source:
+            return None
+        return GradedEvaluator(graded, read_samples(source, graded.n_samples), self.tokenizer, self.files.root,
+                               max_prompt_tokens=self.config.data.max_seq_len)
 
     def _total_steps(self) -> int:
         """The run's optimizer steps: `run_length.planned_steps`, the count the service checks jobs by."""
@@ -217,19 +233,28 @@ class Trainer:
         """The deferred step-0 evaluation: the base model, LoRA disabled (PEFT `disable_adapter`).
         Returns False: nothing is pending any more."""
         with self.model.disable_adapter():
-            self.evaluate(0)
+            self._base_model_eval = True  # the graded evaluation keeps these answers as the base's
+            try:
+                self.evaluate(0)
+            finally:
+                self._base_model_eval = False
         return False
 
     def evaluate(self, step: int) -> EvalReport:
-        """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`);
-        callbacks get `on_eval_progress` after each validation batch and `on_eval` at the end."""
+        """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`),
+        and with an `eval` section the graded scores (`EvalReport.graded`); callbacks get
+        `on_eval_progress` after each validation batch and `on_eval` at the end."""
         total, t0 = num_batches(self.eval_dataset, self.config.batch_size), time.perf_counter()
         totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
                                   on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
                                       step, n, total, time.perf_counter() - t0)))
+        graded = ({} if self.graded is None else self.graded.evaluate(
+            self.model, step, base=getattr(self, "_base_model_eval", False),
+            on_token=lambda n, of: self._emit("on_eval_progress", EvalProgress(
+                step, n, of, time.perf_counter() - t0, phase="graded"))))
         report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
                             eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
-                            eval_time_s=time.perf_counter() - t0)
+                            eval_time_s=time.perf_counter() - t0, graded=graded)
         self.run.eval_history.append(report)
         self.selection.observe(report, self.params)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
@@ -273,10 +298,19 @@ class Trainer:
             "trained_tokens": self.run.trained_tokens,
             "adapter_dir": str(self.files.adapter), "run_dir": str(self.files.root),
             "plots": [str(p) for p in plots],
+            **self._graded_summary(evals),
         }
         self.files.write_json(self.files.summary, summary)
         self._emit("on_end", summary)
         return summary
+
+    def _graded_summary(self, evals: list[EvalReport]) -> dict:
+        """The summary's graded scores: `graded_before` (step 0, the base model; None without it) and
+        `graded_after` (the last evaluation), each {`grader/<name>`: mean score}; {} without graders."""
+        if self.graded is None or not evals:
+            return {}
+        return {"graded_before": evals[0].graded if evals[0].step == 0 else None, "graded_after": evals[-1].graded,
+                "eval_samples": str(self.files.eval_samples)}
 
     def _model_facts(self) -> dict:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,

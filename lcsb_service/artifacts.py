@@ -38,7 +38,7 @@ CONTENT_TYPES = {".gz": "application/gzip", ".jsonl": "application/x-ndjson", ".
 _LAYOUT = RunFiles(".")  # the trainer's names for the files of a run folder
 RUN_FILES = {path.name: kind for path, kind in (   # file name -> artifact kind
     (_LAYOUT.history, "selection_history"), (_LAYOUT.metrics_csv, "metrics"), (_LAYOUT.metrics, "metrics"),
-    (_LAYOUT.summary, "summary"), (_LAYOUT.config, "config"))}
+    (_LAYOUT.summary, "summary"), (_LAYOUT.config, "config"), (_LAYOUT.eval_samples, "eval_samples"))}
 
 
 FILE_MODE, DIR_MODE = 0o644, 0o755  # of every archive member

@@ -26,6 +26,7 @@ class JobInputs:
     job: Job
     training_file: File
     validation_file: File | None
+    eval_file: File | None = None  # the graded evaluation's `method.eval.eval_file`; not a training input
 
     def uploads(self) -> dict[str, File]:
         """The uploads by request field: `training_file`, and `validation_file` when the job has one."""
@@ -34,11 +35,11 @@ class JobInputs:
 
 
 def job_inputs(session: Session, job_id: str) -> JobInputs:
-    """The job `job_id` and its training and validation file rows, expunged from `session` so they stay
-    readable after it closes.
+    """The job `job_id` and its training, validation and graded-evaluation (`method.eval.eval_file`) file
+    rows, expunged from `session` so they stay readable after it closes.
 
     Raises:
-        NotFound: no such job, or its training file row is gone.
+        NotFound: no such job, or its training file or eval file row is gone.
     """
     job = session.get(Job, job_id)
     if job is None:
@@ -47,10 +48,14 @@ def job_inputs(session: Session, job_id: str) -> JobInputs:
     if train is None:
         raise NotFound(f"training file {job.training_file!r} of job {job_id} not found")
     valid = session.get(File, job.validation_file) if job.validation_file else None
-    for row in (job, train, valid):
+    eval_id = ((job.train_config or {}).get("eval") or {}).get("eval_file")
+    graded = session.get(File, eval_id) if eval_id else None
+    if eval_id and graded is None:
+        raise NotFound(f"eval file {eval_id!r} of job {job_id} not found")
+    for row in (job, train, valid, graded):
         if row is not None:
             session.expunge(row)
-    return JobInputs(job, train, valid)
+    return JobInputs(job, train, valid, graded)
 
 
 def job_method(session: Session, job_id: str) -> dict[str, Any]:

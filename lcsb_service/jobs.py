@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from lcsb_core.data.formats import CHAT
+from lcsb_core.data.formats import CHAT, TEXT
 from lcsb_core.data.tokenization import no_chat_template_message
 from lcsb_service.catalog import find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
@@ -58,6 +58,22 @@ def upload_examples(row: File) -> int | None:
     report = row.validation or {}
     count = report.get("valid_examples")
     return count if report.get("file_type") == "jsonl" and isinstance(count, int) and count > 0 else None
+
+
+def _check_graded_source(valid: File | None, eval_file: File | None) -> None:
+    """Graded evaluation (`method.eval`) takes its prompts and references from `eval_file`, or without
+    one from the validation file: that file must hold chat or prompt/completion lines (a text corpus
+    has no references). The trainer's config checks that a validation file is given at all.
+
+    Raises:
+        InvalidRequest: naming `method.eval.eval_file`, or `method.eval` for a text validation file.
+    """
+    source, param = (eval_file, "method.eval.eval_file") if eval_file is not None else (valid, "method.eval")
+    if source is None or (source.validation or {}).get("format") != TEXT:
+        return
+    where = f"eval_file {source.id}" if eval_file is not None else f"the validation file {source.id}"
+    raise InvalidRequest(f"{param}: {where} is a text corpus, which has no references to grade against; give an "
+                         "eval_file of chat or prompt/completion lines", code="invalid_file", param=param)
 
 
 def _existing(session: Session, owner_id: str, key: str, digest: str) -> Job | None:
@@ -109,7 +125,12 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     train = usable_file(session, owner_id, request["training_file"], "training_file")
     valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
         if request.get("validation_file") else None
-    for param, row in (("training_file", train), ("validation_file", valid)):
+    graded = (request.get("method") or {}).get("eval") or None
+    eval_file = usable_file(session, owner_id, graded["eval_file"], "method.eval.eval_file") \
+        if graded and graded.get("eval_file") else None
+    if graded:
+        _check_graded_source(valid, eval_file)
+    for param, row in (("training_file", train), ("validation_file", valid), ("method.eval.eval_file", eval_file)):
         if row is not None and (row.validation or {}).get("format") == CHAT and not model.has_chat_template:
             raise InvalidRequest(f"{param}: {row.id} is chat data, but {no_chat_template_message(model.name)}",
                                  code="invalid_file", param=param)

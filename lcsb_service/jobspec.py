@@ -20,6 +20,8 @@ Mapping (API -> TrainConfig):
     method.on_truncation                                                -> data.on_truncation
     method.select_checkpoint.{mode, metric}                             -> select_checkpoint.*
     method.early_stopping.{metric, patience, min_delta}                 -> early_stopping.* (absent: off)
+    method.eval.{graders, n_samples, max_new_tokens, eval_file}         -> eval.* (graded evaluation; eval_file
+                                              a file id here, a local path in the worker)
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
 fields, its cross-field rules (`TrainConfig.check_honoured`, with the training file's example count: an
@@ -54,7 +56,8 @@ _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method",
                      "save_every": "method.save_every", "eval_at_start": "method.eval_at_start",
                      "data.on_truncation": "method.on_truncation",
                      "data.validation_file": "validation_file", "data.train_file": "training_file",
-                     "select_checkpoint": "method.select_checkpoint", "early_stopping": "method.early_stopping"}
+                     "select_checkpoint": "method.select_checkpoint", "early_stopping": "method.early_stopping",
+                     "eval": "method.eval"}
 
 
 @dataclass
@@ -168,7 +171,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         "optim": {"learning_rate": hp["learning_rate"], **_given(hp, *_OPTIM)},
         "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
         "seed": request["seed"], **_given(method, "eval_every", "save_every", "eval_at_start"),
-        "output_dir": f"runs/{job_id}",
+        "output_dir": f"runs/{job_id}", **_graded_eval(method),
         "select_checkpoint": _given(method.get("select_checkpoint") or {}, "mode", "metric"),
     }
     if method.get("early_stopping") is not None:
@@ -185,6 +188,15 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue, total_steps=cfg.total_steps(train_examples))
+
+
+def _graded_eval(method: dict[str, Any]) -> dict[str, Any]:
+    """`{"eval": ...}` for the trainer from `method.eval` (its unset options left out), or {}."""
+    graded = method.get("eval")
+    if not graded:
+        return {}
+    graders = [{k: v for k, v in g.items() if v is not None} for g in graded.get("graders") or []]
+    return {"eval": {**_given(graded, "n_samples", "max_new_tokens", "eval_file"), "graders": graders}}
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:
@@ -220,6 +232,10 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
         "eval_at_start": cfg.eval_at_start,
         "select_checkpoint": {"mode": cfg.select_checkpoint.mode, "metric": cfg.select_checkpoint.metric},
         "early_stopping": dataclasses.asdict(cfg.early_stopping) if cfg.early_stopping else None,
+        **({} if cfg.eval is None else {"eval": {"graders": [dict(g) for g in cfg.eval.graders],
+                                                "n_samples": cfg.eval.n_samples,
+                                                "max_new_tokens": cfg.eval.max_new_tokens,
+                                                "eval_file": cfg.eval.eval_file}}),
     }
 
 
@@ -252,9 +268,11 @@ def fine_tuned_model_name(model: str, owner_name: str, suffix: str | None, job_i
 
 
 def train_config_for(job_config: dict[str, Any], *, model_path: str, train_path: str,
-                     validation_path: str | None, output_dir: str, device: str) -> TrainConfig:
+                     validation_path: str | None, output_dir: str, device: str,
+                     eval_path: str | None = None) -> TrainConfig:
     """For the worker: the stored config with the base model's folder (`catalog.find_model(...).path`),
-    local file paths, its run folder and device filled in.
+    local file paths (`eval_path`: the graded evaluation's `eval_file`, when it has one), its run folder
+    and device filled in.
 
     Raises:
         ConfigError: the stored config no longer validates (e.g. after a trainer upgrade).
@@ -263,4 +281,6 @@ def train_config_for(job_config: dict[str, Any], *, model_path: str, train_path:
     raw["data"]["train_file"], raw["data"]["validation_file"] = train_path, validation_path
     raw["output_dir"], raw["model"]["device"] = output_dir, device
     raw["model"]["name_or_path"] = model_path
+    if raw.get("eval") and raw["eval"].get("eval_file"):
+        raw["eval"]["eval_file"] = eval_path
     return TrainConfig.from_dict(raw)

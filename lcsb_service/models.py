@@ -147,7 +147,8 @@ class Checkpoint(Base):
 
 class Artifact(Base):
     """A downloadable output of a finished run: `name` is its path in the run folder
-    (`adapter.tar.gz`, `selection_history.jsonl`, `metrics.csv`, `summary.json`, `plots/<x>.png`)."""
+    (`adapter.tar.gz`, `selection_history.jsonl`, `metrics.csv`, `summary.json`, `eval_samples.jsonl`,
+    `plots/<x>.png`)."""
 
     __tablename__ = "artifacts"
     seq: Mapped[int] = mapped_column(SeqType, primary_key=True, autoincrement=True)

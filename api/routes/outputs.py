@@ -51,7 +51,9 @@ def list_artifacts(job: JobDep, session: SessionDep) -> ArtifactList:
 def download_artifact(job: JobDep, name: Annotated[str, Path(max_length=255)], session: SessionDep,
                       storage: StorageDep) -> StreamingResponse:
     """One artifact by name: `adapter.tar.gz` (the final PEFT adapter), `selection_history.jsonl`,
-    `metrics.csv`, `metrics.jsonl`, `summary.json`, `config.json`, `plots/<name>.png`."""
+    `metrics.csv`, `metrics.jsonl`, `summary.json`, `config.json`, `plots/<name>.png`, and with graded
+    evaluation `eval_samples.jsonl` (the last evaluation's prompts, references, base and final answers
+    and grades)."""
     row = outputs.find_artifact(session, job.id, name)
     return _download(storage, row.storage_key, row.bytes, row.content_type,
                      f"{job.id}-{PurePosixPath(name).name}")

@@ -23,6 +23,8 @@ from lcsb_core.config import (
     SelectCheckpointSettings,
     TrainConfig,
 )
+from lcsb_core.eval.graders import GRADER_TYPES, STRING_CHECK
+from lcsb_core.eval.settings import MAX_NEW_TOKENS_RANGE, N_SAMPLES_RANGE, EvalSettings
 from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
 from lcsb_core.selection import GRADER_PREFIX, LOWER_IS_BETTER, SELECT_MODES
 from lcsb_service.ids import unix
@@ -143,6 +145,43 @@ class EarlyStoppingMethod(BaseModel):
         f"{EarlyStoppingSettings.min_delta:g})"))
 
 
+class GraderSpec(BaseModel):
+    """One grader (`lcsb_core.eval.graders`, whose docstring says what each type scores). This schema
+    checks types and lengths; the trainer's `parse_graders` checks the rest at creation (a pattern that
+    does not compile, a string_check operation other than eq/like/ilike, options of another type)."""
+
+    model_config = Strict
+    type: Literal[(*GRADER_TYPES, STRING_CHECK)] = Field(description=(  # type: ignore[valid-type]
+        "exact_match, numeric (the answer's final number: after GSM8K's ####, else the last one), regex "
+        "(pattern), contains (value, default the reference; case_sensitive), json_valid, or OpenAI's "
+        "string_check (operation eq, like or ilike)"))
+    name: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$", description=(
+        "unique in the job (default the type); the score is reported as the metric grader/<name>"))
+    pattern: str | None = Field(default=None, min_length=1, max_length=1000, description="regex: a Python pattern")
+    value: str | None = Field(default=None, min_length=1, max_length=1000, description="contains: the text to find")
+    case_sensitive: bool | None = Field(default=None, description="contains (default true)")
+    operation: str | None = Field(default=None, max_length=16, description="string_check: eq, like or ilike")
+    input: str | None = Field(default=None, max_length=200, description="string_check: {{sample.output_text}}")
+    reference: str | None = Field(default=None, max_length=1000, description=(
+        "string_check: {{item.reference}} (default) or a literal string"))
+
+
+class EvalMethod(BaseModel):
+    """Graded evaluation: at the step-0 evaluation (the base model), every eval_every steps and at the
+    end, the model answers the first n_samples prompts of eval_file (default: the validation file)
+    greedily and the graders score the answers; needs a validation file of chat or prompt/completion
+    lines, or an eval_file of them."""
+
+    model_config = Strict
+    graders: list[GraderSpec] = Field(min_length=1, max_length=16)
+    n_samples: int | None = Field(default=None, ge=N_SAMPLES_RANGE[0], le=N_SAMPLES_RANGE[1], description=(
+        f"prompts answered per evaluation (default {EvalSettings.n_samples})"))
+    max_new_tokens: int | None = Field(default=None, ge=MAX_NEW_TOKENS_RANGE[0], le=MAX_NEW_TOKENS_RANGE[1],
+                                       description=f"tokens per answer (default {EvalSettings.max_new_tokens})")
+    eval_file: str | None = Field(default=None, min_length=1, max_length=64, description=(
+        "a fine-tune file of chat or prompt/completion lines to take prompts and references from"))
+
+
 class Method(BaseModel):
     """`type` must be `supervised`; the rest are this service's training settings."""
 
@@ -168,6 +207,7 @@ class Method(BaseModel):
     on_truncation: Literal[ON_TRUNCATION] | None = Field(  # type: ignore[valid-type]
         default=None, description=f"{' or '.join(ON_TRUNCATION)} (default {DataSettings.on_truncation}): what "
                                   "an example longer than max_seq_len does")
+    eval: EvalMethod | None = Field(default=None, description="graded evaluation (default: none)")
     stop_on_divergence: bool | None = Field(default=None, description=(
         "fail the job with code `diverged` when training diverges without NaN (the mean train loss of "
         "the last 3 steps past 3x the first step's, or the eval loss past 1.25x its start); without it "

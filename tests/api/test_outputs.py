@@ -100,8 +100,10 @@ def test_run_files_follow_the_trainers_layout(tmp_path):
 
     files = RunFiles(tmp_path)
     assert RUN_FILES == {files.history.name: "selection_history", files.metrics_csv.name: "metrics",
-                         files.metrics.name: "metrics", files.summary.name: "summary", files.config.name: "config"}
-    assert list(RUN_FILES) == ["selection_history.jsonl", "metrics.csv", "metrics.jsonl", "summary.json", "config.json"]
+                         files.metrics.name: "metrics", files.summary.name: "summary", files.config.name: "config",
+                         files.eval_samples.name: "eval_samples"}
+    assert list(RUN_FILES) == ["selection_history.jsonl", "metrics.csv", "metrics.jsonl", "summary.json", "config.json",
+                               "eval_samples.jsonl"]
 
 
 @pytest.fixture

@@ -227,3 +227,21 @@ def test_a_long_evaluation_reports_its_progress_every_20_s(app, db, job_id):
     with db.session() as s:
         event = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq.desc())).first()
         assert event.data == {"step": 5, "eval_batches_done": 2, "eval_batches_total": 3, "eval_elapsed_s": 50.0}
+
+
+def test_a_graded_evaluation_reports_decoding_steps_and_keeps_the_heartbeat(app, db, job_id):
+    with db.session() as s:
+        transitions.claim(s, job_id)
+        s.get(Job, job_id).heartbeat_at = None
+    run = JobReporter(db, app.state.storage, job_id, "ft:x", threading.Event())
+    before = len(messages(db, job_id))
+    run.on_eval_progress(EvalProgress(step=4, batches_done=2, batches_total=2, elapsed_s=5.0))  # the loss pass
+    for n in range(1, 31):  # then generation: 1.5 s per decoding step, on the evaluation's clock
+        run.on_eval_progress(EvalProgress(step=4, batches_done=n, batches_total=256, elapsed_s=5.0 + 1.5 * n,
+                                          phase="graded"))
+    # every 20 s of the evaluation's clock, as for validation batches
+    assert messages(db, job_id)[before:] == ["Evaluating at step 4: answering prompts, 10/256 decoding steps, 20 s",
+                                              "Evaluating at step 4: answering prompts, 24/256 decoding steps, 41 s"]
+    with db.session() as s:
+        event = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq.desc())).first()
+        assert event.data["eval_phase"] == "graded" and s.get(Job, job_id).heartbeat_at is not None

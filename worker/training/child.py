@@ -65,15 +65,17 @@ def training_config(spec: ChildSpec, db, storage, stack: ExitStack):
 
     with db.session() as s:
         found = job_inputs(s, spec.job_id)
-    job, train, valid = found.job, found.training_file, found.validation_file
+    job, train, valid, graded = found.job, found.training_file, found.validation_file, found.eval_file
     model = find_model([Path(p) for p in spec.model_dirs], job.model)
     if model is None:
         raise ModelLoadError(f"the base model {job.model!r} is not installed on this worker")
     train_path = _local_input(stack, storage, train, spec.inputs_dir)
     valid_path = _local_input(stack, storage, valid, spec.inputs_dir) if valid else None
+    eval_path = _local_input(stack, storage, graded, spec.inputs_dir) if graded else None
     return train_config_for(job.train_config, model_path=str(model.path), train_path=str(train_path),
                             validation_path=str(valid_path) if valid_path else None,
-                            output_dir=spec.run_dir, device=spec.device), {train_path.name: train.filename}
+                            output_dir=spec.run_dir, device=spec.device,
+                            eval_path=str(eval_path) if eval_path else None), {train_path.name: train.filename}
 
 
 def public_text(message: str, spec: ChildSpec, names: dict[str, str]) -> str:

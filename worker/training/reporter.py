@@ -10,8 +10,12 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
                    `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
                    line at least every 30 s during a long one); data: step, eval_batches_done,
-                   eval_batches_total, eval_elapsed_s
-    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61"
+                   eval_batches_total, eval_elapsed_s; a graded evaluation's generation reports
+                   decoding steps the same way, with eval_phase "graded" ("Evaluating at step 0: answering prompts,
+                   40/384 decoding steps, 21 s"), which keeps the heartbeat through a long one
+    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
+                   data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
+                   `grader/<name>` score, which the checkpoint of the same step carries in its `metrics`
     on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz)
     on_end         "Training stopped early at step 30 of 100: eval_loss did not improve by more than 0 in 2
                    evaluations (best 1.21 at step 10, 1.25 at step 30)" (with method.early_stopping; data: the
@@ -111,23 +115,26 @@ class JobReporter(TrainerCallback):
         if p.batches_done >= p.batches_total or p.elapsed_s - self.eval_noted_s < EVAL_PROGRESS_EVERY_S:
             return  # the evaluation's own event follows at once after its last batch
         self.eval_noted_s = p.elapsed_s
+        what = ("answering prompts, {}/{} decoding steps" if p.phase == "graded" else "{}/{} validation batches")
         with _reporting("evaluation progress", self.job_id), self.db.session() as s:
-            add_event(s, self.job_id, f"Evaluating at step {p.step}: {p.batches_done}/{p.batches_total} "
-                      f"validation batches, {p.elapsed_s:.0f} s",
+            add_event(s, self.job_id, f"Evaluating at step {p.step}: {what.format(p.batches_done, p.batches_total)}, "
+                      f"{p.elapsed_s:.0f} s",
                       data={"step": p.step, "eval_batches_done": p.batches_done,
-                            "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1)})
+                            "eval_batches_total": p.batches_total, "eval_elapsed_s": round(p.elapsed_s, 1),
+                            **({"eval_phase": p.phase} if p.phase == "graded" else {})})
             heartbeat(s, self.job_id)
 
     def on_eval(self, r: EvalReport) -> None:
         if r.step == 0 and self.first_step is not None:  # the deferred step-0 evaluation is not a step's time
             self.first_step = (self.first_step[0], self.first_step[1] + r.eval_time_s)
-        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy)
+        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy, **r.graded)
+        scores = "".join(f", {key}={value:.3f}" for key, value in r.graded.items())
         with _reporting("an evaluation", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation loss={r.eval_loss:.4f}, "
-                      f"token accuracy={r.eval_token_accuracy:.3f}", type="metrics",
+                      f"token accuracy={r.eval_token_accuracy:.3f}{scores}", type="metrics",
                       data={"step": r.step, "valid_loss": r.eval_loss,
                             "valid_mean_token_accuracy": r.eval_token_accuracy,
-                            "eval_target_tokens": r.eval_target_tokens})
+                            "eval_target_tokens": r.eval_target_tokens, **r.graded})
 
     def on_checkpoint(self, step: int, path: str) -> None:
         with _reporting("a checkpoint", self.job_id), self.db.session() as s:

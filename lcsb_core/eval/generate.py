@@ -1,0 +1,133 @@
+"""Batched greedy generation for graded evaluation, leaving the training state as it was.
+
+    answers = generate_answers(model, tokenizer, prompts, max_new_tokens=128)
+
+transformers' `generate` with `do_sample=False` (greedy), a KV cache (`use_cache=True`) and left
+padding, stopping each row at the model's end-of-sequence or end-of-turn token. Prompts are sorted by
+length and batched up to `GENERATION_TOKENS` (less padding, few calls); answers come back in the prompts'
+order.
+
+What training must find unchanged afterwards, and is restored here: the RNG states (CPU and the
+model's CUDA device; greedy decoding draws nothing, but a library may), every module's train/eval mode,
+the config's `use_cache` (off while training), the tokenizer's padding side. The LCSB layer modes need
+nothing: `lcsb_core.selective` runs a plain forward whenever autograd is off, as it is here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from lcsb_core.lora import causal_lm
+from lcsb_core.loss import autocast_for
+
+# Tokens (prompt + new, padded) per `generate` call: its KV cache's size. On CPU each decoding step
+# dequantizes every NF4 weight whatever the batch, so fewer, larger batches are what make it affordable;
+# SmolLM2 keeps 46 KB of fp32 KV cache per token (30 layers x K,V x 3 heads x 64), 375 MB at this budget.
+GENERATION_TOKENS = 8192
+# End-of-turn markers of the chat templates in use (SmolLM2/ChatML, Gemma, Llama 3), when in the vocabulary
+END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
+
+
+def stop_token_ids(model: nn.Module, tokenizer: Any) -> list[int]:
+    """The ids that end an answer: the tokenizer's and the generation config's EOS, and the chat
+    templates' end-of-turn tokens that the vocabulary holds as single tokens."""
+    ids: set[int] = set()
+    candidates: list[Any] = [tokenizer.eos_token_id,
+                             getattr(getattr(causal_lm(model), "generation_config", None), "eos_token_id", None)]
+    vocab = tokenizer.get_vocab()
+    candidates += [vocab.get(tok) for tok in END_OF_TURN]
+    for c in candidates:
+        if isinstance(c, int):
+            ids.add(c)
+        elif isinstance(c, (list, tuple)):
+            ids.update(int(x) for x in c)
+    return sorted(ids)
+
+
+@contextlib.contextmanager
+def training_state_kept(model: nn.Module, tokenizer: Any) -> Iterator[None]:
+    """Run the block in eval mode with the KV cache on, then restore each module's mode, `use_cache`,
+    the tokenizer's padding side and the RNG states (CPU, and the model's CUDA device)."""
+    modes = [(m, m.training) for m in model.modules()]
+    lm_config = causal_lm(model).config
+    use_cache, side = getattr(lm_config, "use_cache", None), tokenizer.padding_side
+    device = next(model.parameters()).device
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            model.eval()
+            tokenizer.padding_side = "left"
+            yield
+        finally:
+            for module, training in modes:
+                module.training = training
+            if use_cache is not None:
+                lm_config.use_cache = use_cache
+            tokenizer.padding_side = side
+
+
+class _Ticks:
+    """A `generate` stopping criterion that stops nothing: it counts decoding steps and reports them."""
+
+    def __init__(self, on_token: Callable[[int, int], None] | None, total: int) -> None:
+        self.on_token, self.total, self.done = on_token, total, 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        self.done += 1
+        if self.on_token is not None:
+            self.on_token(self.done, self.total)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def _batches(order: list[int], lengths: list[int], max_new_tokens: int, budget: int) -> Iterator[list[int]]:
+    """Consecutive runs of `order` (indices sorted by length) whose rows x (longest + max_new_tokens)
+    stay within `budget` tokens; a run holds one row at least."""
+    rows: list[int] = []
+    for i in order:
+        if rows and (len(rows) + 1) * (lengths[i] + max_new_tokens) > budget:
+            yield rows
+            rows = []
+        rows.append(i)
+    if rows:
+        yield rows
+
+
+@torch.no_grad()
+def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
+                     add_special_tokens: Sequence[bool] | None = None, max_prompt_tokens: int | None = None,
+                     token_budget: int = GENERATION_TOKENS,
+                     on_token: Callable[[int, int], None] | None = None) -> list[str]:
+    """Greedy answers to `prompts` (texts the model continues), at most `max_new_tokens` tokens each,
+    decoded without special tokens. `add_special_tokens[i]`: let the tokenizer add its specials (a BOS)
+    to prompt i (False for text already rendered by a chat template; default False for all).
+    `max_prompt_tokens`: keep only a prompt's last tokens (the generation prompt is at the end).
+    `token_budget`: most rows x (longest prompt + max_new_tokens) per `generate` call (one row at least).
+    `on_token(done, total)`: called after every decoding step (`done` steps over all calls so far, of
+    `total` = calls x max_new_tokens at most), so a caller can show progress and keep a heartbeat.
+    Runs under `training_state_kept` and the model's autocast (`loss.autocast_for`)."""
+    specials = list(add_special_tokens) if add_special_tokens is not None else [False] * len(prompts)
+    encoded = [tokenizer(p, add_special_tokens=s)["input_ids"] for p, s in zip(prompts, specials, strict=True)]
+    if max_prompt_tokens:
+        encoded = [ids[-max_prompt_tokens:] for ids in encoded]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    stops = stop_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    device = next(model.parameters()).device
+    answers: list[str] = [""] * len(prompts)
+    batches = list(_batches(order, [len(ids) for ids in encoded], max_new_tokens, token_budget))
+    ticks = _Ticks(on_token, len(batches) * max_new_tokens)
+    with training_state_kept(model, tokenizer), autocast_for(model):
+        for rows in batches:
+            batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
+            input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            out = cast(Any, model).generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 do_sample=False, use_cache=True, eos_token_id=stops, pad_token_id=pad,
+                                 temperature=None, top_p=None, top_k=None, stopping_criteria=[ticks])
+            for i, row in zip(rows, out[:, input_ids.shape[1]:], strict=True):
+                answers[i] = tokenizer.decode(row, skip_special_tokens=True)
+    return answers

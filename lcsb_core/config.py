@@ -269,7 +269,7 @@ class TrainConfig:
     def graders(self) -> tuple[str, ...]:
         """The names of the run's graders, whose scores are the `grader/<name>` metrics (none: graded
         evaluation is not configured)."""
-        return () if self.eval is None else tuple(g.name for g in self.eval.parsed())
+        return () if self.eval is None else tuple(g.name for g in self.eval.parsed)
 
     def _check_selection(self) -> None:
         """`select_checkpoint` best and `early_stopping` compare evaluations of trained adapters: they

@@ -167,15 +167,15 @@ def test_the_core_refuses_the_same_ranges():
 
 @pytest.mark.parametrize("route", BODY_ROUTES)
 @pytest.mark.parametrize(("doc", "key"), [
-    ('{"model": "%s", "training_file": "file-1", "seed": 1, "seed": 2}', "seed"),
-    ('{"model": "%s", "training_file": "file-1", "hyperparameters": {"n_epochs": 1, "batch_size": 4, '
+    ('{"model": "MODEL", "training_file": "file-1", "seed": 1, "seed": 2}', "seed"),
+    ('{"model": "MODEL", "training_file": "file-1", "hyperparameters": {"n_epochs": 1, "batch_size": 4, '
      '"max_steps": 2}, "hyperparameters": {"n_epochs": 1}}', "hyperparameters"),
-    ('{"model": "%s", "training_file": "file-1", "method": {"lora": {"rank": 8, "rank": 16}}}', "rank"),
+    ('{"model": "MODEL", "training_file": "file-1", "method": {"lora": {"rank": 8, "rank": 16}}}', "rank"),
 ])
 def test_a_key_repeated_in_one_object_is_refused_not_guessed(client, alice, route, doc, key):
     """Python's parser keeps the last value (the first `hyperparameters` block would vanish without a
     word); the request is refused naming the key, before any field is read."""
-    message = body_error(post(client, alice, route, doc % SMOL, JSON))
+    message = body_error(post(client, alice, route, doc.replace("MODEL", SMOL), JSON))
     assert message == (f'the request body is ambiguous: the key "{key}" appears more than once in one object, '
                        "and a JSON reader keeps either value; send each key once")
 
@@ -183,7 +183,8 @@ def test_a_key_repeated_in_one_object_is_refused_not_guessed(client, alice, rout
 @pytest.mark.parametrize("route", BODY_ROUTES)
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_not_json(client, alice, route, constant):
-    doc = '{"model": "%s", "training_file": "file-1", "hyperparameters": {"weight_decay": %s}}' % (SMOL, constant)
+    doc = '{"model": "MODEL", "training_file": "file-1", "hyperparameters": {"weight_decay": CONSTANT}}'
+    doc = doc.replace("MODEL", SMOL).replace("CONSTANT", constant)
     message = body_error(post(client, alice, route, doc, JSON))
     assert message == (f"the request body is not valid JSON: {constant} is not a JSON value (JSON has no NaN or "
                        "Infinity, RFC 8259); send a finite number")

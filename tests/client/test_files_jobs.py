@@ -104,7 +104,8 @@ def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, tmp_path):
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "train.jsonl", "metadata": {"suite": tag}}))
     r = lcsb("jobs", "submit", spec)
-    assert r.exit_code == 2 and r.stderr.startswith("error (invalid_file) [file]: train.jsonl") and "line 13" in r.stderr
+    assert r.exit_code == 2 and "line 13" in r.stderr
+    assert r.stderr.startswith("error (invalid_file) [file]: train.jsonl")
     assert json.loads(lcsb("jobs", "list", "--metadata", f"suite={tag}", "--json").stdout)["data"] == []
 
 

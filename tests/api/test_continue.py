@@ -7,30 +7,20 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_service import transitions
-from lcsb_service.artifacts import publish_checkpoint, publish_run
 from lcsb_service.jobspec import auto_epochs, fine_tuned_model_name
 from lcsb_service.models import Job
-from tests.api.helpers import SMOL, assert_error, chat_lines, create_job, fake_run, job_ok, upload_ok
+from tests.api.helpers import (
+    SMOL,
+    assert_error,
+    chat_lines,
+    create_job,
+    fake_run,
+    job_ok,
+    publish_outputs,
+    upload_ok,
+)
 
 LORA = {"rank": 8, "alpha": 4.0, "target_modules": ["q_proj", "v_proj"]}
-
-
-def _publish(app, job: dict, owner_name: str, run, *, finish: bool) -> str:
-    """Publish checkpoints at steps 2 and 4 (and, with `finish`, the run, succeeded); the job's ft name."""
-    name = fine_tuned_model_name(SMOL, owner_name, job.get("user_provided_suffix"), job["id"])
-    storage = app.state.storage
-    with app.state.db.session() as s:
-        transitions.claim(s, job["id"])
-    for step in (2, 4):
-        with app.state.db.session() as s:
-            publish_checkpoint(s, storage, job_id=job["id"], step=step, fine_tuned_model=name,
-                               folder=run / "checkpoints" / f"step-{step:06d}")
-    if finish:
-        with app.state.db.session() as s:
-            files = publish_run(s, storage, job_id=job["id"], owner_id=job["organization_id"], run_dir=run)
-            transitions.finish(s, job["id"], fine_tuned_model=name, trained_tokens=10, result_files=files)
-    return name
 
 
 @pytest.fixture
@@ -38,7 +28,7 @@ def parent(app, client, alice, tmp_path) -> dict:
     """A succeeded job of alice's (LoRA rank 8, alpha 4 on q/v, bf16) with checkpoints at 2 and 4."""
     job = job_ok(client, alice, suffix="p", method={"lora": LORA, "quantization": "bf16"},
                  hyperparameters={"n_epochs": 1})
-    name = _publish(app, job, alice.name, fake_run(tmp_path), finish=True)
+    name = publish_outputs(app, job, alice.name, fake_run(tmp_path), finish=True)
     return {"job": job, "name": name}
 
 
@@ -90,7 +80,7 @@ def test_another_owners_or_an_unknown_model_is_404(client, alice, bob, parent):
 
 def test_a_job_that_has_not_succeeded_is_409(app, client, alice, tmp_path):
     running = job_ok(client, alice, hyperparameters={"n_epochs": 1})
-    name = _publish(app, running, alice.name, fake_run(tmp_path), finish=False)
+    name = publish_outputs(app, running, alice.name, fake_run(tmp_path), finish=False)
     for model in (name, f"{name}:ckpt-step-4"):  # its published checkpoints too
         err = assert_error(create_job(client, alice, running["training_file"], model=model), 409, "model_not_ready",
                            "model")

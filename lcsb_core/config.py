@@ -213,7 +213,14 @@ class TrainConfig:
     (the same numbers: a fresh adapter is the identity), so training starts at once either way.
     `select_checkpoint`: the delivered adapter (last or best evaluated); `early_stopping` (None: off).
     `eval`: graded evaluation (`lcsb_core.eval.settings.EvalSettings`) at each of those evaluations,
-    step 0 included; None (the default) runs none."""
+    step 0 included; None (the default) runs none.
+
+    `init_adapter`: a PEFT adapter folder (a run's `adapter/` or a `checkpoints/step-N/`) whose LoRA
+    weights the run starts from instead of a fresh adapter; its rank, alpha and target modules must be
+    this config's `lora` (`lcsb_core.init_adapter`). `init_optimizer_state`: also carry on the run that
+    wrote it (the folder must be a checkpoint with `trainer_state.pt`): AdamW moments, RNG, schedule
+    state and the step count, so the new run goes on from that step to this config's total steps in a
+    new run folder (what `--resume` does in the same folder)."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -233,6 +240,8 @@ class TrainConfig:
     select_checkpoint: SelectCheckpointSettings = field(default_factory=SelectCheckpointSettings)
     early_stopping: EarlyStoppingSettings | None = None
     eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
+    init_adapter: str | None = None
+    init_optimizer_state: bool = False
 
     def __post_init__(self) -> None:
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
@@ -241,6 +250,8 @@ class TrainConfig:
         _check(self.epochs is None or self.epochs > 0, "epochs", f"must be > 0, got {self.epochs!r}")
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
+        _check(not self.init_optimizer_state or bool(self.init_adapter), "init_optimizer_state",
+               "needs {init_adapter} (the checkpoint whose optimizer state is carried on)", ("init_adapter",))
 
     def check_honoured(self, train_examples: int | None = None) -> None:
         """Rules between fields for a run that reads its data from the files in `data`: every setting

@@ -25,6 +25,7 @@ from lcsb_core.config import TrainConfig
 from lcsb_core.data.dataset import num_batches
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
+from lcsb_core.init_adapter import initialise_from
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
@@ -185,7 +186,8 @@ class Trainer:
         for path in (self.files.metrics, self.files.history):
             path.unlink(missing_ok=True)
         self.files.write_json(self.files.config, {**self.config.to_dict(), "resolved": self._model_facts()})
-        return 0
+        return initialise_from(self.config, model=self.model, params=self.params, names=self.param_names,
+                               optimizer=self.optimizer, schedule=self.schedule, total_steps=self.total_steps)
 
     def _resume(self, resume_from: str | Path) -> int:
         ckpt = self.files.latest_checkpoint() if str(resume_from) == "latest" else Path(resume_from)

@@ -4,6 +4,7 @@ them, for the worker (and for tests standing in for it). Nothing here commits.
     publish_checkpoint(session, storage, job_id=..., step=200, folder=run/"checkpoints/step-000200",
                        fine_tuned_model="ft:...", metrics={"step": 200, "train_loss": 1.1})
     result_files = publish_run(session, storage, job_id=..., owner_id=..., run_dir=run)
+    folder = fetch_adapter(storage, "jobs/<id>/adapter.tar.gz", work / "init_adapter")   # a continued job's start
 
 Adapters are stored as `.tar.gz` of the PEFT folder (adapter_config.json + adapter_model.safetensors;
 a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Every member is stored readable by
@@ -64,6 +65,25 @@ def _archive(folder: Path, key: str, storage: Storage, arcname: str = "adapter")
                             filter=public_member)
         tmp.flush()
         return storage.put_file(tmp.name, key)
+
+
+def fetch_adapter(storage: Storage, key: str, dest: str | Path) -> Path:
+    """Extract the adapter archive stored under `key` (one PEFT folder, as `_archive` writes it) into
+    `dest`; returns the adapter's folder (`dest/<its one top folder>`). Members are extracted with
+    tarfile's `data` filter (no absolute paths, links out of `dest` or special files).
+
+    Raises:
+        ValueError: the archive does not hold exactly one top folder with `adapter_config.json`.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    with storage.local_copy(key) as local, tarfile.open(local, mode="r:gz") as tar:
+        tops = {Path(m.name).parts[0] for m in tar.getmembers()}
+        tar.extractall(dest, filter="data")
+    folder = dest / next(iter(tops)) if len(tops) == 1 else None
+    if folder is None or not (folder / "adapter_config.json").is_file():
+        raise ValueError(f"{key} holds no single adapter folder")
+    return folder
 
 
 def publish_checkpoint(session: Session, storage: Storage, *, job_id: str, step: int, folder: str | Path,

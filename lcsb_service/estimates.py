@@ -11,10 +11,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lcsb_service.catalog import find_model
-from lcsb_service.errors import InvalidRequest
-from lcsb_service.jobs import upload_examples, usable_file
+from lcsb_service.jobs import base_model, upload_examples, usable_file
 from lcsb_service.jobspec import build_spec
+from lcsb_service.lineage import find_parent, inherit_shape
 from lcsb_service.settings import Settings
 
 ESTIMATE_SEED = 0  # the seed changes nothing the estimate reads
@@ -27,18 +26,17 @@ def estimate_job(session: Session, settings: Settings, *, owner_id: str, request
 
     Raises:
         InvalidRequest: unknown model, unusable file, a value the trainer refuses (400, `param` names
-            the request field), as job creation does.
+            the request field), as job creation does; NotFound and Conflict for an `ft:` model as there.
         Unprocessable: no worker class can hold the estimated peak (422, `insufficient_memory`).
     """
-    model = find_model(settings.resolved_model_dirs, request["model"])
-    if model is None:
-        raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
-                             code="model_not_found", param="model")
+    parent = find_parent(session, owner_id, request["model"])
+    body = inherit_shape(request, parent) if parent else request
+    model = base_model(settings, body)
     train = usable_file(session, owner_id, request["training_file"], "training_file")
     if request.get("validation_file"):
         usable_file(session, owner_id, request["validation_file"], "validation_file")
-    spec = build_spec({**request, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate",
-                      train_examples=upload_examples(train))
+    spec = build_spec({**body, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate",
+                      train_examples=upload_examples(train), init_adapter=parent.adapter_key if parent else None)
     return {"object": "fine_tuning.job.estimate", "model": model.name, "queue": spec.queue,
             "memory_estimate": spec.memory_estimate, "hyperparameters": spec.hyperparameters,
             "method": spec.method, "total_steps": spec.total_steps}

@@ -19,13 +19,14 @@ from sqlalchemy.orm import Session
 
 from lcsb_core.data.formats import CHAT, TEXT
 from lcsb_core.data.tokenization import no_chat_template_message
-from lcsb_service.catalog import find_model
+from lcsb_service.catalog import ModelInfo, find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest
 from lcsb_service.events import add_event
 from lcsb_service.files import FINE_TUNE
 from lcsb_service.ids import looks_like_id, new_id, utcnow
-from lcsb_service.jobspec import build_spec, request_hash
+from lcsb_service.jobspec import build_spec, merged_hyperparameters, request_hash
+from lcsb_service.lineage import find_parent, inherit_shape
 from lcsb_service.models import File, Job
 from lcsb_service.pagination import cursor_row, keyset_page
 from lcsb_service.settings import Settings
@@ -76,6 +77,20 @@ def _check_graded_source(valid: File | None, eval_file: File | None) -> None:
                          "eval_file of chat or prompt/completion lines", code="invalid_file", param=param)
 
 
+def base_model(settings: Settings, request: dict[str, Any]) -> ModelInfo:
+    """The installed base model `request["model"]` names (after `lineage.inherit_shape`, a continued
+    job's root base).
+
+    Raises:
+        InvalidRequest: no such base model (`model_not_found`).
+    """
+    model = find_model(settings.resolved_model_dirs, request["model"])
+    if model is None:
+        raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
+                             code="model_not_found", param="model")
+    return model
+
+
 def _existing(session: Session, owner_id: str, key: str, digest: str) -> Job | None:
     job = session.execute(select(Job).where(Job.owner_id == owner_id, Job.idempotency_key == key)).scalar_one_or_none()
     if job is not None and job.request_hash != digest:
@@ -95,13 +110,21 @@ def _validated_event(session: Session, job_id: str, role: str, row: File) -> Non
               data={"file": row.id, "warnings": warnings, "ignored_keys": report.get("ignored_keys") or {}})
 
 
-def _run_length(spec, train: File) -> str:  # a JobSpec
-    """"12 optimizer steps (45 examples, batch size 4, 1 epoch(s))", or why the count waits for the worker."""
+def _epochs_auto(request: dict[str, Any]) -> bool:
+    """Whether the request left `n_epochs` to "auto" (missing counts as auto)."""
+    return merged_hyperparameters(request).get("n_epochs", "auto") == "auto"
+
+
+def _run_length(spec, train: File, epochs_auto: bool) -> str:  # a JobSpec
+    """"12 optimizer steps (45 examples, batch size 4, 3 epoch(s) (auto))", or why the count waits for
+    the worker."""
     hp = spec.hyperparameters
     if spec.total_steps is None:
         return "optimizer steps counted once the worker has tokenized the corpus"
+    auto = " (auto)" if epochs_auto else ""
     return (f"{spec.total_steps} optimizer steps ({upload_examples(train)} examples, batch size {hp['batch_size']}, "
-            f"{hp['n_epochs']} epoch(s)" + (f", max_steps {hp['max_steps']}" if hp.get("max_steps") else "") + ")")
+            f"{hp['n_epochs']} epoch(s){auto}" + (f", max_steps {hp['max_steps']}" if hp.get("max_steps") else "")
+            + ")")
 
 
 def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owner_id: str,
@@ -109,19 +132,23 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     """Create (or, for a repeated idempotency key, return) a job. `request` is the create body as plain
     JSON data. Returns (job, created). The caller commits; the job is enqueued after that commit.
 
+    A `model` that is one of the owner's `ft:` models or checkpoints continues it (`lcsb_service.lineage`):
+    the job trains the parent's base (`model`), shape and quantization from its LoRA weights and records
+    `parent_model` / `parent_job_id`.
+
     Raises:
-        InvalidRequest: unknown model, unusable file, chat data for a model without a chat template,
-            out-of-range values (400).
+        InvalidRequest: unknown base model, unusable file, chat data for a model without a chat template,
+            out-of-range values, a LoRA shape or quantization other than a parent model's (400).
+        NotFound: an `ft:` model that is not the owner's (404 `model_not_found`).
         Unprocessable: no worker class can hold the estimated peak memory (422).
-        Conflict: the idempotency key was used with another body (409).
+        Conflict: the idempotency key was used with another body; the `ft:` model's job has not
+            succeeded (409).
     """
     digest = request_hash(request)
     if idempotency_key and (job := _existing(session, owner_id, idempotency_key, digest)) is not None:
         return job, False
-    model = find_model(settings.resolved_model_dirs, request["model"])
-    if model is None:
-        raise InvalidRequest(f"model {request['model']!r} is not available; GET /v1/models lists the base models",
-                             code="model_not_found", param="model")
+    parent = find_parent(session, owner_id, request["model"])
+    model = base_model(settings, inherit_shape(request, parent) if parent else request)
     train = usable_file(session, owner_id, request["training_file"], "training_file")
     valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
         if request.get("validation_file") else None
@@ -139,9 +166,12 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     job_id = new_id("ftjob")
     seed = request.get("seed")
     seed = secrets.randbelow(2**31) if seed is None else seed
-    spec = build_spec({**request, "seed": seed}, model, settings, job_id, train_examples=upload_examples(train))
+    body = inherit_shape(request, parent) if parent else request
+    spec = build_spec({**body, "seed": seed}, model, settings, job_id, train_examples=upload_examples(train),
+                      init_adapter=parent.adapter_key if parent else None)
     now = utcnow()
     job = Job(id=job_id, owner_id=owner_id, model=model.name, training_file=train.id,
+              parent_model=parent.model_id if parent else None, parent_job_id=parent.job_id if parent else None,
               validation_file=request.get("validation_file"), status=JobStatus.QUEUED, seed=seed,
               suffix=request.get("suffix"),
               metadata_=request.get("metadata"), hyperparameters=spec.hyperparameters, method=spec.method,
@@ -158,13 +188,19 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
             raise
         return existing, False
     add_event(session, job_id, f"Created fine-tuning job: {job_id}")
+    if parent is not None:
+        add_event(session, job_id, f"Continued from {parent.model_id} ({parent.describe()}, base {model.name}): "
+                  "its LoRA weights, with a fresh optimizer", data={"parent_model": parent.model_id,
+                                                                   "parent_job_id": parent.job_id,
+                                                                   "parent_step": parent.step})
     for role, row in (("training", train), ("validation", valid)):
         if row is not None:
             _validated_event(session, job_id, role, row)
-    est = spec.memory_estimate
-    add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: {_run_length(spec, train)}, estimated "
-              f"peak memory {est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)",
-              data={"memory_estimate": est, "total_steps": spec.total_steps})
+    est, auto = spec.memory_estimate, _epochs_auto(request)
+    add_event(session, job_id, f"Fine-tuning job queued on {spec.queue}: {_run_length(spec, train, auto)}, "
+              f"estimated peak memory {est['total_mib']:.0f} MiB (cap {est['memory_cap_mib']} MiB)",
+              data={"memory_estimate": est, "total_steps": spec.total_steps,
+                    "n_epochs": spec.hyperparameters["n_epochs"], "n_epochs_auto": auto})
     enqueue_after_commit(session, enqueuer, job_id, spec.queue)
     return job, True
 

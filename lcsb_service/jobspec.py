@@ -6,7 +6,7 @@ Mapping (API -> TrainConfig):
     training_file / validation_file        -> data.train_file / data.validation_file (file ids here;
                                               the worker substitutes local paths: `train_config_for`)
     seed                                   -> seed
-    hyperparameters.n_epochs ("auto": Settings.default_epochs)          -> epochs
+    hyperparameters.n_epochs ("auto": `auto_epochs` of the example count) -> epochs
     hyperparameters.batch_size ("auto": Settings.default_batch_size)   -> batch_size
     hyperparameters.learning_rate_multiplier ("auto": 1) x Settings.base_learning_rate, or
     hyperparameters.learning_rate                                       -> optim.learning_rate
@@ -114,10 +114,34 @@ def _or_default(hp: dict[str, Any], name: str, default: Any) -> Any:
     return default if value == "auto" else value
 
 
-def resolve_hyperparameters(hp: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Replace OpenAI's "auto" (or missing) `n_epochs`, `batch_size` and `learning_rate_multiplier` by
-    the service defaults; the optimizer settings are passed on only when given (the trainer's defaults
-    apply otherwise, and `build_spec` reports them from the resolved config).
+# OpenAI's documented n_epochs "auto" (openai-cookbook, examples/Chat_finetuning_data_prep.ipynb,
+# "Pricing and default n_epochs estimate"): 3 epochs, raised so that a small file is seen about 100
+# times in all, lowered so that a large one is seen at most 25,000 times, within [1, 25] epochs.
+AUTO_TARGET_EPOCHS = 3
+AUTO_MIN_TARGET_EXAMPLES, AUTO_MAX_TARGET_EXAMPLES = 100, 25_000
+AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1, 25
+
+
+def auto_epochs(train_examples: int | None, settings: Settings) -> int:
+    """`n_epochs` "auto" for a training file of `train_examples` examples: `AUTO_TARGET_EPOCHS` (3);
+    fewer than 34 examples get min(25, 100 // n), more than 8,333 get max(1, 25000 // n) (OpenAI's rule,
+    constants above). An unknown count (a `.txt` corpus, counted by the worker) gets
+    `Settings.default_epochs`."""
+    if not train_examples:
+        return settings.default_epochs
+    if train_examples * AUTO_TARGET_EPOCHS < AUTO_MIN_TARGET_EXAMPLES:
+        return min(AUTO_MAX_EPOCHS, AUTO_MIN_TARGET_EXAMPLES // train_examples)
+    if train_examples * AUTO_TARGET_EPOCHS > AUTO_MAX_TARGET_EXAMPLES:
+        return max(AUTO_MIN_EPOCHS, AUTO_MAX_TARGET_EXAMPLES // train_examples)
+    return AUTO_TARGET_EPOCHS
+
+
+def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *,
+                            train_examples: int | None = None) -> dict[str, Any]:
+    """Replace OpenAI's "auto" (or missing) `n_epochs` (`auto_epochs` of `train_examples`), `batch_size`
+    and `learning_rate_multiplier` by the service defaults; the optimizer settings are passed on only
+    when given (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved
+    config).
 
     Raises:
         InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
@@ -131,7 +155,7 @@ def resolve_hyperparameters(hp: dict[str, Any], settings: Settings) -> dict[str,
         lr = settings.base_learning_rate * mult
     else:
         mult = lr / settings.base_learning_rate
-    return {"n_epochs": int(_or_default(hp, "n_epochs", settings.default_epochs)),
+    return {"n_epochs": int(_or_default(hp, "n_epochs", auto_epochs(train_examples, settings))),
             "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
             "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),
             **_given(hp, *_OPTIM)}
@@ -146,17 +170,19 @@ def _given(values: dict[str, Any], *names: str) -> dict[str, Any]:
 
 
 def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str, *,
-               train_examples: int | None = None) -> JobSpec:
+               train_examples: int | None = None, init_adapter: str | None = None) -> JobSpec:
     """Validate a job request against the model and the trainer's config; estimate memory; route it.
     With `train_examples` (the training file's example count, known at upload for JSONL), the run's
-    real number of optimizer steps is computed (`JobSpec.total_steps`) and every interval must fit in it.
+    real number of optimizer steps is computed (`JobSpec.total_steps`) and every interval must fit in it,
+    and `n_epochs` "auto" follows `auto_epochs`. `init_adapter`: the storage key of the adapter archive a
+    continued job starts from (`lcsb_service.lineage`; the worker puts a local folder in its place).
 
     Raises:
         InvalidRequest: a value the trainer refuses (the param names the request field).
         Unprocessable: no worker class has enough memory (code `insufficient_memory`).
     """
     method = request.get("method") or {}
-    hp = resolve_hyperparameters(merged_hyperparameters(request), settings)
+    hp = resolve_hyperparameters(merged_hyperparameters(request), settings, train_examples=train_examples)
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
     if max_seq_len > model.context_length:
         raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.context_length} "
@@ -172,6 +198,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         "batch_size": hp["batch_size"], "epochs": hp["n_epochs"], "max_steps": hp["max_steps"],
         "seed": request["seed"], **_given(method, "eval_every", "save_every", "eval_at_start"),
         "output_dir": f"runs/{job_id}", **_graded_eval(method),
+        **({"init_adapter": init_adapter} if init_adapter else {}),
         "select_checkpoint": _given(method.get("select_checkpoint") or {}, "mode", "metric"),
     }
     if method.get("early_stopping") is not None:
@@ -269,15 +296,21 @@ def fine_tuned_model_name(model: str, owner_name: str, suffix: str | None, job_i
 
 def train_config_for(job_config: dict[str, Any], *, model_path: str, train_path: str,
                      validation_path: str | None, output_dir: str, device: str,
-                     eval_path: str | None = None) -> TrainConfig:
+                     eval_path: str | None = None, init_adapter_path: str | None = None) -> TrainConfig:
     """For the worker: the stored config with the base model's folder (`catalog.find_model(...).path`),
     local file paths (`eval_path`: the graded evaluation's `eval_file`, when it has one), its run folder
-    and device filled in.
+    and device filled in; a continued job's `init_adapter` (a storage key) becomes `init_adapter_path`,
+    the local folder of the fetched adapter.
 
     Raises:
-        ConfigError: the stored config no longer validates (e.g. after a trainer upgrade).
+        ConfigError: the stored config no longer validates (e.g. after a trainer upgrade), or it
+            continues from an adapter and no local folder is given (`init_adapter`).
     """
     raw = json.loads(json.dumps(job_config))
+    if raw.get("init_adapter"):
+        if not init_adapter_path:
+            raise ConfigError("init_adapter", "the job continues from an adapter, but no local copy was given")
+        raw["init_adapter"] = init_adapter_path
     raw["data"]["train_file"], raw["data"]["validation_file"] = train_path, validation_path
     raw["output_dir"], raw["model"]["device"] = output_dir, device
     raw["model"]["name_or_path"] = model_path

@@ -102,6 +102,8 @@ class Job(Base):
     peak_memory_mib: Mapped[float | None] = mapped_column(Float)
     estimated_finish: Mapped[datetime | None]
     fine_tuned_model: Mapped[str | None] = mapped_column(String(400))
+    parent_model: Mapped[str | None] = mapped_column(String(400))   # the ft: or checkpoint id it continued from
+    parent_job_id: Mapped[str | None] = mapped_column(String(64))   # that model's job (lcsb_service.lineage)
     result_files: Mapped[list[Any]] = mapped_column(JSONType, default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -32,7 +32,7 @@ class JobEstimate(BaseModel):
         "null for a .txt corpus (its packed blocks are counted by the worker)"))
 
 
-@router.post("/estimate", response_model=JobEstimate, responses=errors(400, 401, 422))
+@router.post("/estimate", response_model=JobEstimate, responses=errors(400, 401, 404, 409, 422))
 def estimate(body: JobCreate, session: SessionDep, owner: OwnerDep, settings: SettingsDep) -> JobEstimate:
     """The memory estimate and worker class of a job with this body (the body of `POST
     /v1/fine_tuning/jobs`), with the same 400 / 422 errors; creates nothing."""

@@ -23,14 +23,16 @@ router = APIRouter(prefix="/v1/fine_tuning/jobs", tags=["fine-tuning"])
 _METADATA_PARAM = re.compile(r"^metadata\[(.{1,64})\]$")
 
 
-@router.post("", response_model=JobObject, responses=errors(400, 401, 409, 422))
+@router.post("", response_model=JobObject, responses=errors(400, 401, 404, 409, 422))
 def create(body: JobCreate, session: SessionDep, owner: OwnerDep, settings: SettingsDep, enqueuer: EnqueuerDep,
            metrics: MetricsDep,
            idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255,
                                                          pattern=r"^[\x21-\x7e]+$")] = None) -> JobObject:
     """Create a job: validated against the model and the trainer's config (400), memory-estimated and
     routed to the smallest worker class that holds it (422 when none does), stored `queued`, and sent
-    to the worker queue after the commit. The same `Idempotency-Key` returns the same job."""
+    to the worker queue after the commit. The same `Idempotency-Key` returns the same job. A `model`
+    that is one of the caller's `ft:` models or checkpoints continues it: 404 when it is not the caller's,
+    409 when its job has not succeeded, 400 for another LoRA shape or quantization."""
     job, created = create_job(session, settings, enqueuer, owner_id=owner.id,
                               request=body.model_dump(mode="json", exclude_unset=True, exclude_none=True),
                               idempotency_key=idempotency_key)

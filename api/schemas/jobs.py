@@ -227,7 +227,9 @@ class JobCreate(BaseModel):
     """`POST /v1/fine_tuning/jobs`."""
 
     model_config = Strict
-    model: str = Field(min_length=1, max_length=200)
+    model: str = Field(min_length=1, max_length=400, description=(
+        "a base model (GET /v1/models), or one of your fine-tuned models (`fine_tuned_model`) or checkpoints "
+        "(`fine_tuned_model_checkpoint`) of a succeeded job, to continue training it from its LoRA weights"))
     training_file: str = Field(min_length=1, max_length=64)
     validation_file: str | None = Field(default=None, max_length=64)
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
@@ -268,7 +270,11 @@ class JobObject(BaseModel):
     fine_tuned_model: str | None = None
     finished_at: int | None = None
     hyperparameters: dict[str, Any]
-    model: str
+    model: str = Field(description="the base model (for a continued job its root base, not the `ft:` id)")
+    parent_model: str | None = Field(default=None, description=(
+        "the `ft:` model or checkpoint id this job continued from (its LoRA weights were the start); null "
+        "for a job trained from the base model"))
+    parent_job_id: str | None = Field(default=None, description="the job that trained `parent_model`")
     organization_id: str
     result_files: list[str]
     seed: int
@@ -307,6 +313,7 @@ class JobObject(BaseModel):
         return cls(
             id=job.id, created_at=unix(job.created_at), error=error, fine_tuned_model=job.fine_tuned_model,
             finished_at=unix(job.finished_at), hyperparameters=job.hyperparameters, model=job.model,
+            parent_model=job.parent_model, parent_job_id=job.parent_job_id,
             organization_id=job.owner_id, result_files=list(job.result_files or []), seed=job.seed,
             status=JobStatus(job.status),
             trained_tokens=job.trained_tokens, training_file=job.training_file, validation_file=job.validation_file,

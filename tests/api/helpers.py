@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lcsb_service import transitions
+from lcsb_service.artifacts import publish_checkpoint, publish_run
+from lcsb_service.jobspec import fine_tuned_model_name
+
 SMOL_CONFIG = {  # SmolLM2-135M-Instruct's config.json (the fields the catalog and estimator read)
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
     "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
@@ -131,3 +135,20 @@ def read_as_other_user(path: Path) -> bytes | None:
                           check=False)
     assert done.returncode == 0, f"nobody cannot read {path}: {done.stderr.decode(errors='replace')}"
     return done.stdout
+
+
+def publish_outputs(app, job: dict, owner_name: str, run, *, finish: bool) -> str:
+    """Publish checkpoints at steps 2 and 4 (and, with `finish`, the run, succeeded); the job's ft name."""
+    name = fine_tuned_model_name(job["model"], owner_name, job.get("user_provided_suffix"), job["id"])
+    storage = app.state.storage
+    with app.state.db.session() as s:
+        transitions.claim(s, job["id"])
+    for step in (2, 4):
+        with app.state.db.session() as s:
+            publish_checkpoint(s, storage, job_id=job["id"], step=step, fine_tuned_model=name,
+                               folder=run / "checkpoints" / f"step-{step:06d}")
+    if finish:
+        with app.state.db.session() as s:
+            files = publish_run(s, storage, job_id=job["id"], owner_id=job["organization_id"], run_dir=run)
+            transitions.finish(s, job["id"], fine_tuned_model=name, trained_tokens=10, result_files=files)
+    return name

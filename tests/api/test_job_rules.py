@@ -151,6 +151,7 @@ def test_intervals_beyond_the_runs_real_length(client, alice, body, param, fragm
     """The epochs end the run before max_steps (or with none): the upload's example count bounds it."""
     f = upload_ok(client, alice)
     body = dict(body)
+    body["hyperparameters"] = {"n_epochs": 1, **body.get("hyperparameters", {})}  # not "auto" (8 for 12 examples)
     if body.pop("validation", False):
         body["validation_file"] = upload_ok(client, alice)["id"]
     err = assert_error(create_job(client, alice, f["id"], **body), 400, "invalid_hyperparameters", param)

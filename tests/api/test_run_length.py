@@ -13,7 +13,7 @@ from tests.api.helpers import job_ok, upload_ok
 
 def test_fewer_usable_examples_restate_the_length_and_warn(client, alice, app):
     f = upload_ok(client, alice)  # 12 examples, batch size 1: 12 steps at creation
-    job = job_ok(client, alice, f["id"], hyperparameters={"batch_size": 1, "warmup_steps": 11},
+    job = job_ok(client, alice, f["id"], hyperparameters={"batch_size": 1, "warmup_steps": 11, "n_epochs": 1},
                  method={"save_every": 12})
     assert job["progress"]["total_steps"] == 12
     db = app.state.db

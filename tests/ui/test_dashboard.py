@@ -21,7 +21,7 @@ from lcsb_core.schedules import SCHEDULES
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint, publish_run
 from lcsb_service.events import add_event
-from tests.api.helpers import chat_lines, fake_run, job_ok, upload_ok
+from tests.api.helpers import chat_lines, fake_run, job_ok, publish_outputs, upload_ok
 from tests.ui.conftest import LAYERS, claim, cyclic_layers, wait_for, write_training
 
 HOSTILE_NAME = "<img src=x onerror=alert(1)>.jsonl"
@@ -335,3 +335,17 @@ def test_another_owner_sees_none_of_the_first_owners_objects(ui, alice, bob, cli
     claim(app, job["id"])
     ui.wait(lambda d: len(ui.find_all("#jobs-table tbody tr")) == 1, timeout=10)  # the list updates itself
     assert ui.find("#jobs-table tbody tr").get_attribute("data-status") == "running"
+
+
+def test_a_continued_jobs_page_names_its_parent(ui, alice, client, app, tmp_path):
+    parent = job_ok(client, alice, suffix="p", hyperparameters={"n_epochs": 1})
+    name = publish_outputs(app, parent, alice.name, fake_run(tmp_path), finish=True)
+    child = job_ok(client, alice, parent["training_file"], model=name, hyperparameters={"n_epochs": 1})
+    ui.sign_in(alice, f"/ui/jobs/{child['id']}")
+    ui.wait_text("#job-lineage", "Continued from")
+    assert ui.text("#job-lineage") == f"Continued from {name} (job {parent['id']}) · base {parent['model']}"
+    link = ui.find("#job-lineage a")
+    assert link.get_attribute("href").endswith(f"/ui/jobs/{parent['id']}")
+    ui.get(f"/ui/jobs/{parent['id']}")
+    ui.wait_text("#job-summary", name)
+    assert not ui.find("#job-lineage").is_displayed()  # a job trained from the base names no parent

@@ -4,11 +4,11 @@ system when it exits).
 
 First it reads its spec (`worker.training.spec.ChildSpec`; a bad one exits with status 2 and the
 reason on stderr), joins its memory cage (`worker.limits.enter_cage`) and arranges to die with the supervisor
-(`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets from
-storage, checks them with the model's tokenizer and records what training will see
-(`worker.training.datacheck`, before the model loads), runs the trainer with `JobReporter` (events, progress,
-checkpoints, per-step cancel check) and `DivergenceWatch` (a finite divergence: warning, or failure
-`diverged` with `method.stop_on_divergence`), and writes its `Outcome` as JSON to
+(`PR_SET_PDEATHSIG`), before torch is imported. Then it reads the job, fetches the datasets (and a
+continued job's starting adapter) from storage, checks them with the model's tokenizer and records what
+training will see (`worker.training.datacheck`, before the model loads), runs the trainer with
+`JobReporter` (events, progress, checkpoints, per-step cancel check) and `DivergenceWatch` (a finite
+divergence: warning, or failure `diverged` with `method.stop_on_divergence`), and writes its `Outcome` as JSON to
 `spec.result_path`. SIGUSR1 from the supervisor means "time limit reached": the loop stops before its
 next step and the outcome is `timeout`. The supervisor turns the outcome (or the exit status, when
 there is none) into the job's terminal state.
@@ -59,6 +59,7 @@ def training_config(spec: ChildSpec, db, storage, stack: ExitStack):
     """The job's TrainConfig with local paths. Raises ModelLoadError (model not installed here),
     ConfigError (the stored config no longer validates)."""
     from lcsb_core.errors import ModelLoadError
+    from lcsb_service.artifacts import fetch_adapter
     from lcsb_service.catalog import find_model
     from lcsb_service.job_records import job_inputs
     from lcsb_service.jobspec import train_config_for
@@ -72,10 +73,13 @@ def training_config(spec: ChildSpec, db, storage, stack: ExitStack):
     train_path = _local_input(stack, storage, train, spec.inputs_dir)
     valid_path = _local_input(stack, storage, valid, spec.inputs_dir) if valid else None
     eval_path = _local_input(stack, storage, graded, spec.inputs_dir) if graded else None
+    init = job.train_config.get("init_adapter")  # a continued job: its parent's adapter (lcsb_service.lineage)
+    init_path = fetch_adapter(storage, init, spec.inputs_dir / "init_adapter") if init else None
     return train_config_for(job.train_config, model_path=str(model.path), train_path=str(train_path),
                             validation_path=str(valid_path) if valid_path else None,
                             output_dir=spec.run_dir, device=spec.device,
-                            eval_path=str(eval_path) if eval_path else None), {train_path.name: train.filename}
+                            eval_path=str(eval_path) if eval_path else None,
+                            init_adapter_path=str(init_path) if init_path else None), {train_path.name: train.filename}
 
 
 def public_text(message: str, spec: ChildSpec, names: dict[str, str]) -> str:

@@ -30,6 +30,7 @@
     badge.className = "badge status-" + j.status;
     setText("job-summary", `${j.model} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
       `worker class ${j.queue} · created ${LCSB.fmtTime(j.created_at)}` + (j.fine_tuned_model ? " · " + j.fine_tuned_model : ""));
+    renderLineage(j);
     const err = document.getElementById("job-error");
     err.hidden = !j.error;
     if (j.error) err.textContent = `${j.error.code}: ${j.error.message}`;
@@ -45,6 +46,18 @@
     setText("method", JSON.stringify(j.method, null, 2));
     renderMemory(j);
     if (heat && p.total_steps) heat.setShape(0, p.total_steps);
+  }
+
+  /* "Continued from <ft id> (job <link>) · base <model>" for a job continued from a model; text nodes only. */
+  function renderLineage(j) {
+    const line = document.getElementById("job-lineage");
+    if (!line || line.dataset.parent === (j.parent_model || "")) return;
+    line.dataset.parent = j.parent_model || "";
+    line.hidden = !j.parent_model;
+    if (!j.parent_model) { line.replaceChildren(); return; }
+    line.replaceChildren("Continued from ", el("span", { class: "mono" }, j.parent_model), " (job ",
+      el("a", { href: "/ui/jobs/" + encodeURIComponent(j.parent_job_id), class: "mono" }, j.parent_job_id),
+      ") · base ", j.model);
   }
 
   function renderMemory(j) {

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.body_errors import BODY_CODE, body_message, parse_failure_message
-from api.schemas.jobs import request_field_paths
+from api.schemas.fields import request_field_paths
 from lcsb_core.data.formats import json_type
 from lcsb_service.errors import ServiceError
 

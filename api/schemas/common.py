@@ -1,12 +1,15 @@
-"""Shared shapes: the OpenAI error body and cursor pages."""
+"""Shared shapes: the OpenAI error body, cursor pages and the strict model config of request bodies."""
 
 from __future__ import annotations
 
 from typing import Generic, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 T = TypeVar("T")
+# Unknown fields are errors, and types are strict: a number sent as a string ("2"), a float for an
+# integer (2.0) or a number for a boolean is refused, as OpenAI's schema types them, never coerced.
+Strict = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorDetail(BaseModel):

@@ -24,8 +24,9 @@ from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest
 from lcsb_service.events import add_event
 from lcsb_service.files import FINE_TUNE
+from lcsb_service.hyperparameters import merged_hyperparameters
 from lcsb_service.ids import looks_like_id, new_id, utcnow
-from lcsb_service.jobspec import build_spec, merged_hyperparameters, request_hash
+from lcsb_service.jobspec import build_spec, request_hash
 from lcsb_service.lineage import find_parent, inherit_shape
 from lcsb_service.models import File, Job
 from lcsb_service.pagination import cursor_row, keyset_page

@@ -47,6 +47,9 @@ from lcsb_core.memory import estimate_for
 from lcsb_core.schedules import Schedule, schedule_for
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest, Unprocessable
+from lcsb_service.hyperparameters import OPTIM as _OPTIM
+from lcsb_service.hyperparameters import given as _given
+from lcsb_service.hyperparameters import merged_hyperparameters, resolve_hyperparameters
 from lcsb_service.settings import Settings
 
 _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method", "lora": "method.lora",
@@ -93,80 +96,6 @@ def _request_error(exc: ConfigError) -> InvalidRequest:
     return InvalidRequest(exc.describe(request_name), code="invalid_hyperparameters",
                           param=param if param != exc.field else None)
 
-
-def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
-    """Hyperparameters from the top level or from `method.supervised.hyperparameters` (not both).
-
-    Raises:
-        InvalidRequest: both places are set.
-    """
-    top = {k: v for k, v in (request.get("hyperparameters") or {}).items() if v is not None}
-    supervised = ((request.get("method") or {}).get("supervised") or {}).get("hyperparameters") or {}
-    nested = {k: v for k, v in supervised.items() if v is not None}
-    if top and nested:
-        raise InvalidRequest("give hyperparameters either at the top level or in method.supervised, not both",
-                             param="hyperparameters")
-    return top or nested
-
-
-def _or_default(hp: dict[str, Any], name: str, default: Any) -> Any:
-    value = hp.get(name, "auto")
-    return default if value == "auto" else value
-
-
-# OpenAI's documented n_epochs "auto" (openai-cookbook, examples/Chat_finetuning_data_prep.ipynb,
-# "Pricing and default n_epochs estimate"): 3 epochs, raised so that a small file is seen about 100
-# times in all, lowered so that a large one is seen at most 25,000 times, within [1, 25] epochs.
-AUTO_TARGET_EPOCHS = 3
-AUTO_MIN_TARGET_EXAMPLES, AUTO_MAX_TARGET_EXAMPLES = 100, 25_000
-AUTO_MIN_EPOCHS, AUTO_MAX_EPOCHS = 1, 25
-
-
-def auto_epochs(train_examples: int | None, settings: Settings) -> int:
-    """`n_epochs` "auto" for a training file of `train_examples` examples: `AUTO_TARGET_EPOCHS` (3);
-    fewer than 34 examples get min(25, 100 // n), more than 8,333 get max(1, 25000 // n) (OpenAI's rule,
-    constants above). An unknown count (a `.txt` corpus, counted by the worker) gets
-    `Settings.default_epochs`."""
-    if not train_examples:
-        return settings.default_epochs
-    if train_examples * AUTO_TARGET_EPOCHS < AUTO_MIN_TARGET_EXAMPLES:
-        return min(AUTO_MAX_EPOCHS, AUTO_MIN_TARGET_EXAMPLES // train_examples)
-    if train_examples * AUTO_TARGET_EPOCHS > AUTO_MAX_TARGET_EXAMPLES:
-        return max(AUTO_MIN_EPOCHS, AUTO_MAX_TARGET_EXAMPLES // train_examples)
-    return AUTO_TARGET_EPOCHS
-
-
-def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *,
-                            train_examples: int | None = None) -> dict[str, Any]:
-    """Replace OpenAI's "auto" (or missing) `n_epochs` (`auto_epochs` of `train_examples`), `batch_size`
-    and `learning_rate_multiplier` by the service defaults; the optimizer settings are passed on only
-    when given (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved
-    config).
-
-    Raises:
-        InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
-    """
-    mult, lr = hp.get("learning_rate_multiplier", "auto"), hp.get("learning_rate")
-    if lr is not None and mult != "auto":
-        raise InvalidRequest("give learning_rate or learning_rate_multiplier, not both",
-                             param="hyperparameters.learning_rate")
-    if lr is None:
-        mult = 1.0 if mult == "auto" else float(mult)
-        lr = settings.base_learning_rate * mult
-    else:
-        mult = lr / settings.base_learning_rate
-    return {"n_epochs": int(_or_default(hp, "n_epochs", auto_epochs(train_examples, settings))),
-            "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
-            "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),
-            **_given(hp, *_OPTIM)}
-
-
-_OPTIM = ("warmup_steps", "weight_decay", "lr_schedule")  # hyperparameters -> optim.*, unchanged
-
-
-def _given(values: dict[str, Any], *names: str) -> dict[str, Any]:
-    """The named entries of `values` that are set (not missing, not None)."""
-    return {n: values[n] for n in names if values.get(n) is not None}
 
 
 def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, job_id: str, *,

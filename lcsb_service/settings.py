@@ -63,7 +63,7 @@ class Settings(BaseSettings):
         default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")], min_length=1)
     memory_headroom: float = Field(default=0.10, ge=0, le=1)   # estimate x (1 + headroom) must fit
     # what OpenAI's "auto" hyperparameters resolve to (the trainer's defaults); `n_epochs` "auto" follows
-    # OpenAI's rule from the example count (`jobspec.auto_epochs`), `default_epochs` when it is unknown (.txt)
+    # OpenAI's rule from the example count (`hyperparameters.auto_epochs`), `default_epochs` when it is unknown (.txt)
     base_learning_rate: float = Field(default=OptimSettings.learning_rate, gt=0, lt=1)
     default_batch_size: int = Field(default=TrainConfig.batch_size, ge=1)
     default_epochs: int = Field(default=1, ge=1)

@@ -1,13 +1,14 @@
 """Continuing from a model (`lcsb_service.lineage`): a job whose `model` is one of the caller's `ft:`
 models or checkpoints trains the parent's base, shape and quantization from its adapter and shows its
 lineage; another owner's or an unknown model is 404, a job that has not succeeded 409, another shape 400.
-And `n_epochs` "auto" (OpenAI's rule, `jobspec.auto_epochs`), resolved at creation."""
+And `n_epochs` "auto" (OpenAI's rule, `hyperparameters.auto_epochs`), resolved at creation."""
 
 from __future__ import annotations
 
 import pytest
 
-from lcsb_service.jobspec import auto_epochs, fine_tuned_model_name
+from lcsb_service.hyperparameters import auto_epochs
+from lcsb_service.jobspec import fine_tuned_model_name
 from lcsb_service.models import Job
 from tests.api.helpers import (
     SMOL,

@@ -18,9 +18,11 @@ from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import (
     DEFAULT_FRACTION,
     DEFAULT_REFRESH_EVERY,
+    check_deep_fraction,
     check_full_every,
     check_k_or_fraction,
     check_schedule,
+    layer_lr_scaling_blocker,
     schedule_takes,
 )
 from lcsb_core.selection import SELECT_MODES, check_metric_available, check_metric_name
@@ -28,6 +30,7 @@ from lcsb_core.selection import SELECT_MODES, check_metric_available, check_metr
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LR_SCHEDULES = ("linear", "cosine", "constant")
+LAYER_LR_SCALINGS = ("none", "frequency")
 ON_TRUNCATION = ("report", "fail")
 # Ranges that can train (the API's schema reads them too): below 1e-7 AdamW's steps vanish in a bf16
 # adapter's rounding, at 1 they diverge at once; LoRA's scale alpha/r below 1e-3/r leaves the adapter's
@@ -85,6 +88,9 @@ class LCSBSettings:
     `lcsb_core.schedules.DEFAULT_FRACTION`, a quarter; `full` uses all), `full_every` (`topfull` only: a
     full backward every N-th step; None: `lcsb_core.schedules.DEFAULT_FULL_EVERY`), `momentum_for_skipped`
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
+    `deep_fraction` (`split` only: the share of a step's examples back-propagated through every layer;
+    None: `lcsb_core.schedules.DEFAULT_DEEP_FRACTION`), `layer_lr_scaling` (`frequency`: each layer's
+    learning rate divided by the share of steps that train it, `lcsb_core.optim.layer_lr_scales`; `none`),
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule).
 
@@ -96,6 +102,8 @@ class LCSBSettings:
     k: int | None = None
     fraction: float | None = None
     full_every: int | None = None
+    deep_fraction: float | None = None
+    layer_lr_scaling: str = "none"
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
     importance_refresh_every: int = DEFAULT_REFRESH_EVERY
@@ -110,6 +118,16 @@ class LCSBSettings:
             check_full_every(self.full_every)
             _check(schedule_takes("full_every", self.schedule), "lcsb.full_every",
                    f"has no effect with schedule {self.schedule!r} (only topfull has full backward steps); remove it")
+        if self.deep_fraction is not None:
+            check_deep_fraction(self.deep_fraction)
+            _check(schedule_takes("deep_fraction", self.schedule), "lcsb.deep_fraction",
+                   f"has no effect with schedule {self.schedule!r} (only split divides a step's examples by "
+                   "depth); remove it")
+        _check(self.layer_lr_scaling in LAYER_LR_SCALINGS, "lcsb.layer_lr_scaling",
+               f"must be one of {', '.join(LAYER_LR_SCALINGS)}, got {self.layer_lr_scaling!r}")
+        blocker = layer_lr_scaling_blocker(self.schedule)
+        _check(self.layer_lr_scaling == "none" or blocker is None, "lcsb.layer_lr_scaling",
+               f"frequency has no effect with schedule {self.schedule!r} ({blocker}); use none")
 
 
 @dataclass
@@ -250,6 +268,10 @@ class TrainConfig:
         _check(self.epochs is None or self.epochs > 0, "epochs", f"must be > 0, got {self.epochs!r}")
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
+        _check(self.lcsb.schedule != "split" or self.batch_size * self.gradient_accumulation_steps >= 2,
+               "batch_size", "is 1 with schedule split, which divides each step's examples by depth and needs "
+               "2 or more per step: raise {batch_size} or {gradient_accumulation_steps}",
+               ("gradient_accumulation_steps",))
         _check(not self.init_optimizer_state or bool(self.init_adapter), "init_optimizer_state",
                "needs {init_adapter} (the checkpoint whose optimizer state is carried on)", ("init_adapter",))
 

@@ -18,9 +18,36 @@ from torch import nn
 from lcsb_core.config import OptimSettings
 
 
-def build_optimizer(params: list[nn.Parameter], settings: OptimSettings) -> torch.optim.AdamW:
-    """AdamW over `params` (all LoRA parameters), decoupled weight decay."""
-    return torch.optim.AdamW(params, lr=settings.learning_rate, betas=settings.betas, eps=settings.eps,
+def layer_lr_scales(update_shares: dict[int, float], num_layers: int, scaling: str) -> dict[int, float]:
+    """Per decoder layer, the factor its learning rate is multiplied by: `none` gives 1.0 to every layer;
+    `frequency` gives 1 / (the share of steps that train the layer) (`Schedule.update_shares`), so a layer
+    trained once every N steps takes N times the step size when it trains and, under Adam's normalised
+    updates with `momentum_for_skipped` off, moves per cycle about what an every-step layer moves (issue 30).
+    A layer trained every step gets exactly 1.0; a layer no step trains gets 1.0 (it has no update)."""
+    if scaling == "none":
+        return dict.fromkeys(range(num_layers), 1.0)
+    return {i: 1.0 / update_shares[i] if i in update_shares else 1.0 for i in range(num_layers)}
+
+
+def build_optimizer(params: list[nn.Parameter], settings: OptimSettings,
+                    param_scales: list[float] | None = None) -> torch.optim.AdamW:
+    """AdamW over `params` (all LoRA parameters), decoupled weight decay. `param_scales` (parallel to
+    `params`; None: all 1.0) are learning-rate factors (`layer_lr_scales`): one parameter group per
+    distinct factor, holding it as `lr_scale` for `set_lr`; with every factor 1.0 that is a single group,
+    the plain optimizer.
+
+    Raises:
+        ValueError: `param_scales` is not as long as `params`.
+    """
+    if param_scales is None:
+        param_scales = [1.0] * len(params)
+    if len(param_scales) != len(params):
+        raise ValueError(f"param_scales has {len(param_scales)} entries for {len(params)} parameters")
+    groups: dict[float, list[nn.Parameter]] = {}
+    for p, scale in zip(params, param_scales, strict=True):
+        groups.setdefault(scale, []).append(p)
+    param_groups = [{"params": ps, "lr_scale": scale} for scale, ps in groups.items()]
+    return torch.optim.AdamW(param_groups, lr=settings.learning_rate, betas=settings.betas, eps=settings.eps,
                              weight_decay=settings.weight_decay)
 
 
@@ -40,9 +67,11 @@ def lr_multiplier(step: int, *, total_steps: int, warmup_steps: int, schedule: s
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group."""
+    """Set each parameter group's learning rate to `lr` times its `lr_scale` (1.0 when absent; a factor
+    of exactly 1.0 leaves `lr` bit-identical)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        scale = group.get("lr_scale", 1.0)
+        group["lr"] = lr if scale == 1.0 else lr * scale
 
 
 def prepare_skipped_grads(skipped: list[nn.Parameter], momentum_for_skipped: bool) -> None:

@@ -19,6 +19,15 @@ facts, which the trainer, the memory estimate and the service read instead of co
 - `cycle_length`: steps after which the selection pattern repeats (every layer reached once, for the
   cycling schedules); benchmarks read schedules at whole cycles.
 - `full_every`: steps between full backward passes (`topfull`), None for every other schedule.
+- `deep_fraction`: `split` only (None for the others): the share of each step's examples that
+  back-propagate through every layer; the rest back-propagate through the top k only
+  (`lcsb_core.step.run_step` splits the batch by examples). The layers below the top k then get an
+  exact gradient of those examples every step, instead of the whole batch's every N-th step as in
+  `topfull`, for the same backward work (`deep_fraction` 1/N), and the activation peak is that of the
+  deep examples, not of the whole batch.
+- `update_shares()`: per layer, the share of a cycle's steps that train it (1.0 for a layer trained
+  every step); `lcsb_core.optim` scales a layer's learning rate by its inverse when
+  `layer_lr_scaling` is `frequency`.
 
 The rules of the schedule fields' own values are stated once, here (`check_schedule`,
 `check_k_or_fraction`, `check_full_every`), and applied by `LCSBSettings` and `make_schedule`; the
@@ -35,6 +44,7 @@ The schedules (L decoder layers, k per step):
 | `top` | the top k layers, every step | exact | top k |
 | `topfull` | `top`, and all L layers every `full_every`-th step (the product default) | exact | top k / all |
 | `tail` | every layer above a cut that moves down by k each step, cycling | exact | cut to top |
+| `split` | all L: the top k on every example, the rest on `deep_fraction` of them | exact | all / top k |
 | `full` | all L layers (plain LoRA) | exact | all |
 
 Usage:
@@ -64,6 +74,9 @@ DEFAULT_FRACTION = 0.25
 k = L/4); `LCSBSettings` and `make_schedule` both apply it."""
 DEFAULT_REFRESH_EVERY = 10
 """`importance`'s steps between full-backward probes (`LCSBSettings.importance_refresh_every`)."""
+DEFAULT_DEEP_FRACTION = 0.25
+"""`split`'s default share of a step's examples back-propagated through every layer: the backward work
+of `topfull` at N = 4 (`LCSBSettings.deep_fraction`)."""
 
 
 @runtime_checkable
@@ -103,6 +116,11 @@ class Schedule(Protocol):
         ...
 
     @property
+    def deep_fraction(self) -> float | None:
+        """`split`: the share of a step's examples back-propagated through every layer; None otherwise."""
+        ...
+
+    @property
     def cycle_length(self) -> int:
         """Steps after which the selection pattern repeats."""
         ...
@@ -122,6 +140,16 @@ class Schedule(Protocol):
 
     def max_backprop_layers(self) -> int:
         """The most layers any step back-propagates."""
+        ...
+
+    def shallow_layers(self, step: int) -> frozenset[int]:
+        """`split`: the layers the examples outside `deep_fraction` train at `step` (the top k); for
+        every other schedule, `layers_for_step(step)`."""
+        ...
+
+    def update_shares(self) -> dict[int, float]:
+        """Layer index -> share of a cycle's steps that train the layer, in (0, 1] (layers never trained,
+        as below `top`'s k, are left out)."""
         ...
 
     def needs_probe(self, step: int) -> bool:
@@ -202,6 +230,9 @@ class BaseSchedule:
     identity_skip: ClassVar[bool] = False
     uses_k: ClassVar[bool] = True
     """False where `k` / `fraction` have no effect (`full` trains every layer)."""
+    fixed_shares: ClassVar[str | None] = None
+    """Why per-layer learning-rate scaling by update share cannot take effect (`layer_lr_scaling_blocker`),
+    or None where it can."""
 
     @property
     def full_every(self) -> int | None:
@@ -209,9 +240,27 @@ class BaseSchedule:
         return None
 
     @property
+    def deep_fraction(self) -> float | None:
+        """None: every example of a step trains the same layers (`split` overrides it)."""
+        return None
+
+    @property
     def cycle_length(self) -> int:
         """Steps per cycle over all layers, ceil(L/k)."""
         return math.ceil(self.num_layers / self.k)
+
+    def shallow_layers(self, step: int) -> frozenset[int]:
+        """The layers every example trains at `step`: `layers_for_step(step)` (`split` overrides it)."""
+        return self.layers_for_step(step)
+
+    def update_shares(self) -> dict[int, float]:
+        """Layer index -> share of the steps of one cycle (`cycle_length`) that train it; layers no step
+        trains are left out. Exact ratios of small integers (1.0 for a layer trained every step)."""
+        counts: dict[int, int] = {}
+        for t in range(self.cycle_length):
+            for i in self.layers_for_step(t):
+                counts[i] = counts.get(i, 0) + 1
+        return {i: n / self.cycle_length for i, n in sorted(counts.items())}
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         """The 0-based decoder layers trained at 0-based optimizer step `step`."""
@@ -312,6 +361,7 @@ class FullSchedule(PureSchedule):
 
     name: ClassVar[str] = "full"
     uses_k: ClassVar[bool] = False
+    fixed_shares: ClassVar[str | None] = "it trains every layer on every step"
 
     def layers_for_step(self, step: int) -> frozenset[int]:
         return frozenset(range(self.num_layers))
@@ -380,6 +430,34 @@ class TailSchedule(PureSchedule):
                 f"once every {self.cycle_length} steps (tail, exact gradient)")
 
 
+@dataclass(frozen=True)
+class SplitSchedule(PureSchedule):
+    """Depth split over examples: every step trains all L layers, but only the first `deep_fraction`
+    of the step's examples (at least one) back-propagate through every layer; the others back-propagate
+    through the top `k` only (exact gradients both; `lcsb_core.step.run_step`). The top k layers get
+    the whole batch's gradient, the layers below the exact mean gradient of the deep examples. Same
+    backward work per step as `topfull` with N = 1/`deep_fraction` (k (1 - f) + L f layers per example),
+    but the lower layers update every step, and the activation peak is the deep examples' (issue 30)."""
+
+    deep_fraction: float = DEFAULT_DEEP_FRACTION
+    name: ClassVar[str] = "split"
+    fixed_shares: ClassVar[str | None] = "it trains every layer on every step"
+
+    @property
+    def cycle_length(self) -> int:
+        return 1
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        return frozenset(range(self.num_layers))
+
+    def shallow_layers(self, step: int) -> frozenset[int]:
+        return frozenset(range(self.num_layers - self.k, self.num_layers))
+
+    def describe(self) -> str:
+        return (f"top {self.k} of {self.num_layers} layers on every example, all {self.num_layers} on "
+                f"{self.deep_fraction:.0%} of each step's examples (split, exact gradient)")
+
+
 @dataclass
 class ImportanceSchedule(BaseSchedule):
     """Importance-based selection (the paper's comparison): every `refresh_every` steps the trainer
@@ -398,6 +476,7 @@ class ImportanceSchedule(BaseSchedule):
 
     name: ClassVar[str] = "importance"
     identity_skip: ClassVar[bool] = True
+    fixed_shares: ClassVar[str | None] = "its selection follows its probes, so no layer has a fixed share of steps"
 
     @property
     def cycle_length(self) -> int:
@@ -432,7 +511,7 @@ class ImportanceSchedule(BaseSchedule):
 
 _CLASSES: dict[str, type[PureSchedule] | type[ImportanceSchedule]] = {
     c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule, TopSchedule,
-                        TopFullSchedule, TailSchedule, FullSchedule)}
+                        TopFullSchedule, TailSchedule, SplitSchedule, FullSchedule)}
 SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
 """Every schedule name, in the order the docs list them."""
 EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if not c.identity_skip)
@@ -445,12 +524,34 @@ def schedule_takes(option: str, name: str) -> bool:
     return cls is not None and option in {f.name for f in dataclasses.fields(cls)}
 
 
+def layer_lr_scaling_blocker(name: str) -> str | None:
+    """Why `layer_lr_scaling: frequency` cannot take effect with schedule `name` (every layer trains on
+    every step, or the shares are not fixed), or None where it can; None for unknown names too (the
+    name's own check reports those)."""
+    cls = _CLASSES.get(name)
+    return None if cls is None else cls.fixed_shares
+
+
 def full_every_for(name: str, full_every: int | None) -> int | None:
     """The `full_every` schedule `name` runs with: `full_every`, or `DEFAULT_FULL_EVERY` when None, for a
     schedule that takes the option; None for the others."""
     if not schedule_takes("full_every", name):
         return None
     return DEFAULT_FULL_EVERY if full_every is None else full_every
+
+
+def check_deep_fraction(deep_fraction: object) -> float:
+    """The one check of a `deep_fraction` value (`split`: the share of a step's examples back-propagated
+    through every layer): returns it as a float if it is a number in (0, 1).
+
+    Raises:
+        ConfigError: otherwise, naming `lcsb.deep_fraction`.
+    """
+    if isinstance(deep_fraction, bool) or not isinstance(deep_fraction, (int, float)) \
+            or not 0 < deep_fraction < 1:
+        raise ConfigError("lcsb.deep_fraction", "must be a number in (0, 1) (the share of a step's examples "
+                          f"back-propagated through every layer), got {deep_fraction!r}")
+    return float(deep_fraction)
 
 
 def check_full_every(full_every: object) -> int:
@@ -468,7 +569,7 @@ def check_full_every(full_every: object) -> int:
 
 def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction: float | None = None,
                   seed: int = 0, refresh_every: int = DEFAULT_REFRESH_EVERY,
-                  full_every: int | None = None) -> Schedule:
+                  full_every: int | None = None, deep_fraction: float | None = None) -> Schedule:
     """Build a schedule by name (one of `SCHEDULES`), resolving `k` from `k` or `fraction` (`full` ignores
     both and uses k = L; with neither given, `DEFAULT_FRACTION` of L; `full_every` is read by `topfull`
     only, None: `DEFAULT_FULL_EVERY`).
@@ -490,6 +591,9 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
         return ImportanceSchedule(num_layers, k, refresh_every)
     if cls is TopFullSchedule:
         return TopFullSchedule(num_layers, k, check_full_every(full_every_for(name, full_every)))
+    if cls is SplitSchedule:
+        fraction_deep = DEFAULT_DEEP_FRACTION if deep_fraction is None else deep_fraction
+        return SplitSchedule(num_layers, k, check_deep_fraction(fraction_deep))
     return cls(num_layers, k)
 
 
@@ -501,4 +605,5 @@ def schedule_for(lcsb: LCSBSettings, *, num_layers: int, seed: int = 0) -> Sched
         ConfigError: as `make_schedule`.
     """
     return make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
-                         refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every)
+                         refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every,
+                         deep_fraction=lcsb.deep_fraction)

@@ -2,6 +2,11 @@
 loss averaged over the target tokens of the whole accumulation window, check for divergence, clip,
 give skipped LoRA parameters zero (or no) gradients, AdamW step.
 
+With a depth split (`split` schedule, `deep_fraction` set) the window's first rows (`deep_rows`) are
+back-propagated through every selected layer and the others through the `shallow` layers only; the
+layers below the shallow ones then hold the gradient of the deep rows alone, rescaled to the mean over
+the deep rows' target tokens (`split_rows`, `_rescale`).
+
 `run_step` is the function the trainer loop calls and the tests check against plain PEFT LoRA.
 """
 
@@ -45,31 +50,57 @@ def count_tokens(batch: dict[str, torch.Tensor]) -> int:
     return int(batch["input_ids"].numel())
 
 
+def deep_rows(rows: int, deep_fraction: float) -> int:
+    """Rows of a window of `rows` rows that a depth split back-propagates through every layer:
+    round(rows x `deep_fraction`), at least 1 and, when there are 2 rows or more, at most rows - 1."""
+    return min(max(1, round(rows * deep_fraction)), max(1, rows - 1))
+
+
+def split_rows(micro_batches: list[dict[str, torch.Tensor]], deep: int) -> tuple[list[dict], list[dict]]:
+    """The window's first `deep` rows (in micro-batch order) and the rest, as two lists of batches; every
+    tensor of a batch is sliced on its first (row) dimension. Empty parts are left out."""
+    deep_part, shallow_part = [], []
+    for batch in micro_batches:
+        rows = batch["input_ids"].shape[0]
+        take = min(deep, rows)
+        if take:
+            deep_part.append({k: v[:take] for k, v in batch.items()})
+        if take < rows:
+            shallow_part.append({k: v[take:] for k, v in batch.items()})
+        deep -= take
+    return deep_part, shallow_part
+
+
 def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: torch.optim.Optimizer,
              micro_batches: list[dict[str, torch.Tensor]], selected: frozenset[int], *, step: int,
-             momentum_for_skipped: bool, max_grad_norm: float) -> StepStats:
-    """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated.
+             momentum_for_skipped: bool, max_grad_norm: float, deep_fraction: float | None = None,
+             shallow: frozenset[int] | None = None) -> StepStats:
+    """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated; with
+    `deep_fraction` (a depth split), only `deep_rows` of the window's rows back-propagate through all of
+    `selected`, the others through `shallow` (a subset of `selected`), and the gradients of the layers
+    in `selected` but not in `shallow` are rescaled to the deep rows' mean.
 
     Raises:
         DivergenceError: the loss or the gradient norm is NaN/Inf (the optimizer has not stepped, so
             the parameters are still the last finite ones).
         ValueError: the window has no target token.
     """
-    selective.select(selected)
     optimizer.zero_grad(set_to_none=True)
     total_targets = sum(count_targets(b) for b in micro_batches)
     if total_targets == 0:
         raise ValueError(f"step {step + 1}: no target token in the batch (every label is -100)")
+    passes = [(selected, micro_batches)]
+    if deep_fraction is not None and shallow is not None and shallow != selected:
+        rows = sum(b["input_ids"].shape[0] for b in micro_batches)
+        deep_part, shallow_part = split_rows(micro_batches, deep_rows(rows, deep_fraction))
+        passes = [(selected, deep_part), (shallow, shallow_part)]
     loss_total = 0.0
-    for batch in micro_batches:
-        with autocast_for(model):
-            sums = lm_loss_sums(model, batch)
-        loss = sums.loss_sum / total_targets
-        if not torch.isfinite(loss):
-            raise DivergenceError(f"loss became {loss.item()} at step {step + 1}; lower the learning rate "
-                                  "or check the data")
-        loss.backward()
-        loss_total += loss.item()
+    for layers, batches in passes:
+        selective.select(layers)
+        loss_total += _forward_backward(model, batches, total_targets, step)
+    selective.select(selected)
+    if len(passes) == 2:
+        _rescale(selective, selected - passes[1][0], total_targets, sum(count_targets(b) for b in passes[0][1]))
     trained = [p for i in sorted(selected) for p in selective.params_by_layer[i] if p.grad is not None]
     layer_norms = _layer_grad_norms(selective, selected)
     grad_norm = math.sqrt(sum(v * v for v in layer_norms.values()))
@@ -82,6 +113,35 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     optimizer.step()
     return StepStats(loss_total, grad_norm, layer_norms, sum(count_tokens(b) for b in micro_batches),
                      total_targets)
+
+
+def _forward_backward(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], total_targets: int,
+                      step: int) -> float:
+    """Forward and backward each batch with its loss sum over `total_targets`; returns the summed loss."""
+    loss_total = 0.0
+    for batch in batches:
+        with autocast_for(model):
+            sums = lm_loss_sums(model, batch)
+        loss = sums.loss_sum / total_targets
+        if not torch.isfinite(loss):
+            raise DivergenceError(f"loss became {loss.item()} at step {step + 1}; lower the learning rate "
+                                  "or check the data")
+        loss.backward()
+        loss_total += loss.item()
+    return loss_total
+
+
+def _rescale(selective: SelectiveBackprop, deep_only: frozenset[int], total_targets: int, deep_targets: int) -> None:
+    """Turn the deep-only layers' gradients (a sum over the deep rows' targets / `total_targets`) into the
+    mean over the deep rows' targets; with no deep target they have none (left as None)."""
+    for i in deep_only:
+        for p in selective.params_by_layer[i]:
+            if p.grad is None:
+                continue
+            if deep_targets == 0:
+                p.grad = None
+            else:
+                p.grad.mul_(total_targets / deep_targets)
 
 
 def _layer_grad_norms(selective: SelectiveBackprop, selected: frozenset[int]) -> dict[int, float]:

@@ -29,7 +29,7 @@ from lcsb_core.init_adapter import initialise_from
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
-from lcsb_core.optim import build_optimizer, lr_multiplier, set_lr
+from lcsb_core.optim import build_optimizer, layer_lr_scales, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import schedule_for
@@ -91,7 +91,9 @@ class Trainer:
                                            gradient_checkpointing=cfg.lcsb.gradient_checkpointing)
         num_layers = self.selective.num_layers
         self.params = [p for i in range(num_layers) for p in self.selective.params_by_layer[i]]
-        self.optimizer = build_optimizer(self.params, cfg.optim)
+        scales = layer_lr_scales(self.schedule.update_shares(), num_layers, cfg.lcsb.layer_lr_scaling)
+        per_param = [scales[i] for i in range(num_layers) for _ in self.selective.params_by_layer[i]]
+        self.optimizer = build_optimizer(self.params, cfg.optim, per_param)
         self.tracker = UpdateTracker(self.selective.params_by_layer)
         self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
@@ -163,7 +165,8 @@ class Trainer:
             t0 = time.perf_counter()
             stats = run_step(self.model, self.selective, self.optimizer, micro, selected, step=step,
                              momentum_for_skipped=cfg.lcsb.momentum_for_skipped,
-                             max_grad_norm=cfg.optim.max_grad_norm)
+                             max_grad_norm=cfg.optim.max_grad_norm, deep_fraction=self.schedule.deep_fraction,
+                             shallow=self.schedule.shallow_layers(step))
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
             self.releaser.after_step()
             if base_eval_pending:

@@ -14,6 +14,7 @@ from typing import Any
 
 from lcsb_core.errors import ConfigError
 from lcsb_core.eval.settings import EvalSettings
+from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
 from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import (
     DEFAULT_FRACTION,
@@ -133,23 +134,26 @@ class LCSBSettings:
 @dataclass
 class OptimSettings:
     """AdamW (Loshchilov & Hutter, arXiv 1711.05101) with linear warmup then a linear, cosine or
-    constant schedule; `max_grad_norm` clips the global L2 norm of the LoRA gradients (0 = off)."""
+    constant schedule; `max_grad_norm` clips the global L2 norm of the LoRA gradients (0 = off).
+    `learning_rate` None (the default): the measured rule for the run's schedule
+    (`lcsb_core.learning_rate.default_learning_rate`), filled in by `TrainConfig`; `warmup_steps` None:
+    `lcsb_core.learning_rate.auto_warmup_steps` of the run's length (`TrainConfig.warmup_steps_for`)."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float | None = None
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    warmup_steps: int = 0
+    warmup_steps: int | None = None
     lr_schedule: str = "linear"
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
         low, high = LEARNING_RATE_RANGE
-        _check(low <= self.learning_rate < high, "optim.learning_rate",
+        _check(self.learning_rate is None or low <= self.learning_rate < high, "optim.learning_rate",
                f"must be in [{low:g}, {high:g}), got {self.learning_rate!r}")
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
-        _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _check(self.warmup_steps is None or self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         _check(self.lr_schedule in LR_SCHEDULES, "optim.lr_schedule",
                f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         _check(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0 (0 disables clipping)")
@@ -262,6 +266,8 @@ class TrainConfig:
     init_optimizer_state: bool = False
 
     def __post_init__(self) -> None:
+        if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
+            self.optim.learning_rate = default_learning_rate(self.lcsb.schedule)
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
         _check(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
         _check(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps!r}")
@@ -332,6 +338,18 @@ class TrainConfig:
         _check(not source.lower().endswith(".txt"), field, "is a text corpus, which has no references to grade "
                "against; give a chat or prompt/completion file as {eval.eval_file}", ("eval.eval_file",))
 
+    @property
+    def peak_learning_rate(self) -> float:
+        """`optim.learning_rate` as resolved (`__post_init__` fills in the rule's value for the schedule)."""
+        return self.optim.learning_rate if self.optim.learning_rate is not None \
+            else default_learning_rate(self.lcsb.schedule)
+
+    def warmup_steps_for(self, total_steps: int) -> int:
+        """The run's linear-warmup steps: `optim.warmup_steps`, or when it is None
+        `lcsb_core.learning_rate.auto_warmup_steps(total_steps)`."""
+        given = self.optim.warmup_steps
+        return auto_warmup_steps(total_steps) if given is None else given
+
     def total_steps(self, train_examples: int | None) -> int | None:
         """The run's optimizer steps for `train_examples` training examples (`run_length.planned_steps`,
         the trainer's own count); with the count unknown (None), `max_steps` when it alone bounds the
@@ -357,7 +375,7 @@ class TrainConfig:
             bound, mentions = self._length_reason(steps, train_examples or 0)
         checks = [("eval_every", self.eval_every, "it would never happen"),
                   ("save_every", self.save_every, "it would never happen"),
-                  ("optim.warmup_steps", self.optim.warmup_steps, "the learning rate would never reach its value"),
+                  ("optim.warmup_steps", self.optim.warmup_steps or 0, "the learning rate would never reach its value"),
                   ("lcsb.full_every", self.lcsb.full_every or 0, "no full backward step would run")]
         problems = [ConfigError(name, f"is {value}, more than {bound}: {why}", mentions=mentions)
                     for name, value, why in checks if value > steps]

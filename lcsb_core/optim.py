@@ -37,8 +37,12 @@ def build_optimizer(params: list[nn.Parameter], settings: OptimSettings,
     the plain optimizer.
 
     Raises:
-        ValueError: `param_scales` is not as long as `params`.
+        ValueError: `param_scales` is not as long as `params`, or `settings.learning_rate` is None (not
+            resolved: `TrainConfig` fills in the rule's value for the run's schedule).
     """
+    if settings.learning_rate is None:
+        raise ValueError("settings.learning_rate is None: resolve it first (TrainConfig applies "
+                         "lcsb_core.learning_rate.default_learning_rate)")
     if param_scales is None:
         param_scales = [1.0] * len(params)
     if len(param_scales) != len(params):

@@ -98,6 +98,8 @@ class Trainer:
         self.releaser = FreeMemoryReleaser(self.device)
         self.param_names = _names_of(self.model, self.params)
         self.total_steps = self._total_steps()
+        self.warmup_steps = cfg.warmup_steps_for(self.total_steps)
+        self.peak_lr = cfg.peak_learning_rate
         self.graded = self._graded_evaluator()
         self._ready = True
 
@@ -156,8 +158,8 @@ class Trainer:
                 raise TrainingCancelled(f"cancelled before step {step + 1} of {self.total_steps}")
             selected = self.schedule.layers_for_step(step)
             micro = [next(batches) for _ in range(cfg.gradient_accumulation_steps)]
-            lr = cfg.optim.learning_rate * lr_multiplier(step, total_steps=self.total_steps,
-                                                         warmup_steps=cfg.optim.warmup_steps,
+            lr = self.peak_lr * lr_multiplier(step, total_steps=self.total_steps,
+                                                         warmup_steps=self.warmup_steps,
                                                          schedule=cfg.optim.lr_schedule)
             set_lr(self.optimizer, lr)
             reset_peak(self.device)
@@ -326,7 +328,8 @@ class Trainer:
                 "lora_parameters": sum(p.numel() for p in self.params),
                 "train_examples": len(self.train_dataset.examples),
                 "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,
-                "total_steps": self.total_steps}
+                "total_steps": self.total_steps, "learning_rate": self.peak_lr,
+                "warmup_steps": self.warmup_steps, "lr_schedule": self.config.optim.lr_schedule}
 
     def _start_info(self, start: int) -> dict:
         data = {name: ds.report.summary() for name, ds in (("train_data", self.train_dataset),

@@ -1,11 +1,15 @@
 """A job request's hyperparameters, resolved: OpenAI's two places for them (top level or
 `method.supervised.hyperparameters`), and its "auto" values (`n_epochs` by OpenAI's rule from the example
-count, `batch_size` and `learning_rate_multiplier` from `Settings`). Used by `lcsb_service.jobspec`."""
+count, `batch_size` from `Settings`, `learning_rate_multiplier` 1 times the job's base learning rate:
+`Settings.base_learning_rate` when an operator sets it, else the core's measured rule for the job's
+schedule, `lcsb_core.learning_rate.default_learning_rate`, so the core and the service resolve the same
+number). Used by `lcsb_service.jobspec`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lcsb_core.learning_rate import default_learning_rate
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.settings import Settings
 
@@ -52,25 +56,37 @@ def auto_epochs(train_examples: int | None, settings: Settings) -> int:
     return AUTO_TARGET_EPOCHS
 
 
-def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *,
+def base_learning_rate(settings: Settings, schedule: str) -> float:
+    """The learning rate a job of `schedule` gets at multiplier 1 ("auto"): `Settings.base_learning_rate`
+    when set, else `lcsb_core.learning_rate.default_learning_rate(schedule)`.
+
+    Raises:
+        ConfigError: an unknown schedule (no default), naming `lcsb.schedule`.
+    """
+    return settings.base_learning_rate or default_learning_rate(schedule)
+
+
+def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *, schedule: str,
                             train_examples: int | None = None) -> dict[str, Any]:
     """Replace OpenAI's "auto" (or missing) `n_epochs` (`auto_epochs` of `train_examples`), `batch_size`
-    and `learning_rate_multiplier` by the service defaults; the optimizer settings are passed on only
-    when given (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved
-    config).
+    and `learning_rate_multiplier` by the service defaults, the learning rate by the multiplier times
+    `base_learning_rate(settings, schedule)`; the other optimizer settings are passed on only when given
+    (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved config).
 
     Raises:
         InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
+        ConfigError: an unknown `schedule` (`base_learning_rate`).
     """
     mult, lr = hp.get("learning_rate_multiplier", "auto"), hp.get("learning_rate")
     if lr is not None and mult != "auto":
         raise InvalidRequest("give learning_rate or learning_rate_multiplier, not both",
                              param="hyperparameters.learning_rate")
+    base = base_learning_rate(settings, schedule)
     if lr is None:
         mult = 1.0 if mult == "auto" else float(mult)
-        lr = settings.base_learning_rate * mult
+        lr = base * mult
     else:
-        mult = lr / settings.base_learning_rate
+        mult = lr / base
     return {"n_epochs": int(_or_default(hp, "n_epochs", auto_epochs(train_examples, settings))),
             "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
             "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),

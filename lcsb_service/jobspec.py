@@ -8,12 +8,15 @@ Mapping (API -> TrainConfig):
     seed                                   -> seed
     hyperparameters.n_epochs ("auto": `auto_epochs` of the example count) -> epochs
     hyperparameters.batch_size ("auto": Settings.default_batch_size)   -> batch_size
-    hyperparameters.learning_rate_multiplier ("auto": 1) x Settings.base_learning_rate, or
+    hyperparameters.learning_rate_multiplier ("auto": 1) x the job's base learning rate (the measured rule
+    for its schedule, `lcsb_core.learning_rate`, or Settings.base_learning_rate), or
     hyperparameters.learning_rate                                       -> optim.learning_rate
+    hyperparameters.warmup_steps (absent: `auto_warmup_steps` of the run's length) -> optim.warmup_steps
     hyperparameters.max_steps / warmup_steps / weight_decay / lr_schedule -> max_steps / optim.*
     method.lora.{rank, alpha, dropout, target_modules}                  -> lora.*
     method.quantization                                                 -> model.quantization
-    method.lcsb.{schedule, k, fraction, full_every, momentum_for_skipped, gradient_checkpointing} -> lcsb.*
+    method.lcsb.{schedule, k, fraction, full_every, deep_fraction, layer_lr_scaling, momentum_for_skipped,
+                 gradient_checkpointing}                                -> lcsb.*
     method.max_seq_len (default: the trainer's, at most the model's context_length), method.train_on_inputs -> data.*
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
     method.eval_at_start                                                -> eval_at_start
@@ -41,7 +44,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from lcsb_core.config import DataSettings, TrainConfig
+from lcsb_core.config import DataSettings, LCSBSettings, TrainConfig
 from lcsb_core.errors import ConfigError
 from lcsb_core.memory import estimate_for
 from lcsb_core.schedules import Schedule, schedule_for
@@ -111,7 +114,12 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         Unprocessable: no worker class has enough memory (code `insufficient_memory`).
     """
     method = request.get("method") or {}
-    hp = resolve_hyperparameters(merged_hyperparameters(request), settings, train_examples=train_examples)
+    schedule_name = (method.get("lcsb") or {}).get("schedule") or LCSBSettings.schedule
+    try:
+        hp = resolve_hyperparameters(merged_hyperparameters(request), settings, schedule=schedule_name,
+                                     train_examples=train_examples)
+    except ConfigError as exc:
+        raise _request_error(exc) from exc
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
     if max_seq_len > model.context_length:
         raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.context_length} "
@@ -140,10 +148,13 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     except ConfigError as exc:
         raise _request_error(exc) from exc
     hp = {**hp, **{name: getattr(cfg.optim, name) for name in _OPTIM}}
+    total = cfg.total_steps(train_examples)
+    if hp["warmup_steps"] is None:  # "auto": resolved now when the run's length is known, else by the worker
+        hp["warmup_steps"] = cfg.warmup_steps_for(total) if total is not None else "auto"
     estimate, queue = route(model, cfg, schedule, settings)
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
-                   memory_estimate=estimate, queue=queue, total_steps=cfg.total_steps(train_examples))
+                   memory_estimate=estimate, queue=queue, total_steps=total)
 
 
 def _graded_eval(method: dict[str, Any]) -> dict[str, Any]:
@@ -175,12 +186,14 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
     return {
         "type": "supervised",
         "supervised": {"hyperparameters": {name: hp[name] for name in
-                                           ("n_epochs", "batch_size", "learning_rate_multiplier")}},
+                                           ("n_epochs", "batch_size", "learning_rate_multiplier",
+                                            "learning_rate", "warmup_steps")}},
         "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
                  "target_modules": list(cfg.lora.target_modules)},
         "quantization": cfg.model.quantization,
         "lcsb": {"schedule": cfg.lcsb.schedule, "k": cfg.lcsb.k, "fraction": cfg.lcsb.fraction,
                  "layers_per_step": schedule.k, "full_every": schedule.full_every,
+                 "deep_fraction": schedule.deep_fraction, "layer_lr_scaling": cfg.lcsb.layer_lr_scaling,
                  "exact_gradient": not schedule.identity_skip, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lcsb_core.config import DataSettings, OptimSettings, TrainConfig
+from lcsb_core.config import DataSettings, TrainConfig
 
 DEFAULT_SECRET = "insecure-development-secret-change-me"
 Malloc = Literal["jemalloc", "glibc"]   # a C allocator the training child can run with
@@ -63,8 +63,10 @@ class Settings(BaseSettings):
         default_factory=lambda: [WorkerClass(queue="lcsb-cpu", memory_mib=8192, device="cpu")], min_length=1)
     memory_headroom: float = Field(default=0.10, ge=0, le=1)   # estimate x (1 + headroom) must fit
     # what OpenAI's "auto" hyperparameters resolve to (the trainer's defaults); `n_epochs` "auto" follows
-    # OpenAI's rule from the example count (`hyperparameters.auto_epochs`), `default_epochs` when it is unknown (.txt)
-    base_learning_rate: float = Field(default=OptimSettings.learning_rate, gt=0, lt=1)
+    # OpenAI's rule from the example count (`hyperparameters.auto_epochs`), `default_epochs` when it is unknown (.txt);
+    # the learning rate "auto" (multiplier 1) is the measured rule for the job's schedule
+    # (`lcsb_core.learning_rate`) unless an operator fixes `base_learning_rate`
+    base_learning_rate: float | None = Field(default=None, gt=0, lt=1)
     default_batch_size: int = Field(default=TrainConfig.batch_size, ge=1)
     default_epochs: int = Field(default=1, ge=1)
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from api.schemas.common import Strict
 from api.schemas.evaluation import EarlyStoppingMethod, EvalMethod, SelectCheckpointMethod
 from lcsb_core.config import (
+    LAYER_LR_SCALINGS,
     LEARNING_RATE_RANGE,
     LORA_ALPHA_RANGE,
     LORA_TARGETS_ALL,
@@ -23,7 +24,8 @@ from lcsb_core.config import (
     OptimSettings,
     TrainConfig,
 )
-from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
+from lcsb_core.learning_rate import AUTO_WARMUP_MAX
+from lcsb_core.schedules import DEFAULT_DEEP_FRACTION, DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
@@ -40,13 +42,15 @@ class Hyperparameters(BaseModel):
     n_epochs: Auto | Annotated[int, Field(ge=1, le=100)] | None = None
     batch_size: Auto | Annotated[int, Field(ge=1, le=512)] | None = None
     learning_rate_multiplier: Auto | Annotated[float, Field(ge=1e-3, le=100)] | None = Field(
-        default=None, description="x the service's base learning rate; the product must lie in the learning_rate range")
+        default=None, description="x the job's base learning rate (auto: 1): the measured best for its schedule "
+                                  "(8e-4 for topfull and full backprop; BENCHMARKS.md); the product must lie in the "
+                                  "learning_rate range")
     learning_rate: Annotated[float, Field(ge=LEARNING_RATE_RANGE[0], lt=LEARNING_RATE_RANGE[1])] | None = Field(
         default=None, description=f"AdamW's peak learning rate, in [{LEARNING_RATE_RANGE[0]:g}, "
                                   f"{LEARNING_RATE_RANGE[1]:g})")
     max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(
-        default=None, description=f"linear warmup steps (default {OptimSettings.warmup_steps})")
+        default=None, description=f"linear warmup steps (default: a quarter of the run, at most {AUTO_WARMUP_MAX})")
     weight_decay: Annotated[float, Field(ge=0, le=1)] | None = Field(
         default=None, description=f"AdamW weight decay (default {OptimSettings.weight_decay})")
     lr_schedule: Literal[LR_SCHEDULES] | None = Field(  # type: ignore[valid-type]
@@ -87,7 +91,8 @@ class LCSBMethod(BaseModel):
         default=None, description="Which decoder layers train at each step "
         f"(default {LCSBSettings.schedule}). Exact gradient: top (the top k every step), topfull (top k, and all "
         "layers every full_every-th step), tail (every layer above a cut that moves down by k each step), freeze "
-        "(cyclic blocks, others frozen but back-propagated), full (plain LoRA). The paper's LCSB with a surrogate "
+        "(cyclic blocks, others frozen but back-propagated), split (the top k on every example, all layers on "
+        "deep_fraction of each step's examples), full (plain LoRA). The paper's LCSB with a surrogate "
         "gradient (layers above the block are identity in backward): cyclic, random, importance.")
     k: int | None = Field(default=None, ge=1, le=1024, description="Layers trained per step, at most the model's "
                           "decoder layers (num_layers in /v1/models); not with fraction, not with schedule full.")
@@ -96,6 +101,12 @@ class LCSBMethod(BaseModel):
                                    "full.")
     full_every: int | None = Field(default=None, ge=2, le=1_000_000, description="topfull only: a full backward "
                                    f"every N-th step (default {DEFAULT_FULL_EVERY}); at most max_steps.")
+    deep_fraction: float | None = Field(
+        default=None, gt=0, lt=1, description="split only: the share of each step's examples back-propagated "
+        f"through every layer (default {DEFAULT_DEEP_FRACTION:g})")
+    layer_lr_scaling: Literal[LAYER_LR_SCALINGS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="frequency: each layer's learning rate divided by the share of steps that train "
+        f"it (not with full, split or importance); default {LCSBSettings.layer_lr_scaling}")
     momentum_for_skipped: bool | None = Field(default=None, description=(
         "zero, not absent, gradients for the layers not trained at a step, so AdamW moves them by momentum "
         f"(default {str(LCSBSettings.momentum_for_skipped).lower()})"))

@@ -4,6 +4,7 @@ descriptions read the trainer's defaults, and a job created without them gets `T
 from __future__ import annotations
 
 from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
+from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
 from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
@@ -23,9 +24,13 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
     assert DEFAULT_FRACTION == 0.25
     assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
         DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
-    assert (hp["warmup_steps"], hp["weight_decay"], hp["lr_schedule"], hp["learning_rate"], hp["batch_size"]) == (
-        OptimSettings.warmup_steps, OptimSettings.weight_decay, OptimSettings.lr_schedule, OptimSettings.learning_rate,
-        TrainConfig.batch_size) == (0, 0.01, "linear", 1e-4, 4)
+    assert (hp["weight_decay"], hp["lr_schedule"], hp["batch_size"]) == (
+        OptimSettings.weight_decay, OptimSettings.lr_schedule, TrainConfig.batch_size) == (0.01, "linear", 4)
+    # the learning rate and warmup by the measured rule (issue 30), resolved and stated in the job object
+    total = job["progress"]["total_steps"]
+    assert (hp["learning_rate"], hp["learning_rate_multiplier"], hp["warmup_steps"]) == (
+        default_learning_rate(LCSBSettings.schedule), 1.0, auto_warmup_steps(total)) == (8e-4, 1.0, min(5, total // 4))
+    assert m["supervised"]["hyperparameters"]["learning_rate"] == 8e-4
     assert m["stop_on_divergence"] is False
     assert m["eval_at_start"] is TrainConfig.eval_at_start is True
 

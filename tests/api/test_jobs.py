@@ -22,7 +22,7 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     assert job["organization_id"] == alice.owner_id and job["training_file"] == f["id"]
     assert job["seed"] == 7 and job["user_provided_suffix"] == "demo" and job["metadata"] == {"team": "nlp"}
     assert job["hyperparameters"]["n_epochs"] == 2 and job["hyperparameters"]["batch_size"] == 4
-    assert job["hyperparameters"]["learning_rate"] == pytest.approx(2e-4)
+    assert job["hyperparameters"]["learning_rate"] == pytest.approx(8e-4)  # 2 x cyclic's measured 4e-4
     lcsb = job["method"]["lcsb"]
     assert lcsb["layers_per_step"] == 6 and job["method"]["lora"]["rank"] == 8 and job["method"]["max_seq_len"] == 256
     est = job["memory_estimate"]
@@ -34,7 +34,7 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     with app.state.db.session() as s:
         cfg = s.get(Job, job["id"]).train_config
     assert cfg["data"]["train_file"] == f["id"] and cfg["lora"]["target_modules"] == ["q_proj", "v_proj"]
-    assert cfg["optim"]["learning_rate"] == pytest.approx(2e-4) and cfg["save_every"] == 10 and cfg["epochs"] == 2
+    assert cfg["optim"]["learning_rate"] == pytest.approx(8e-4) and cfg["save_every"] == 10 and cfg["epochs"] == 2
     events = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", headers=alice.headers).json()["data"]
     assert events[-1]["message"] == f"Created fine-tuning job: {job['id']}"
     assert events[0]["message"].startswith("Fine-tuning job queued on cpu-6g: 12 optimizer steps (24 examples, "
@@ -67,9 +67,24 @@ def test_hyperparameters_in_method_and_learning_rate(client, alice):
     job = job_ok(client, alice, method={"supervised": {"hyperparameters": {"n_epochs": 3}}},
                  hyperparameters=None)
     assert job["hyperparameters"]["n_epochs"] == 3
-    job = job_ok(client, alice, hyperparameters={"learning_rate": 5e-5, "max_steps": 20})
-    assert job["hyperparameters"]["learning_rate_multiplier"] == pytest.approx(0.5)
+    job = job_ok(client, alice, hyperparameters={"learning_rate": 4e-4, "max_steps": 20})
+    assert job["hyperparameters"]["learning_rate_multiplier"] == pytest.approx(0.5)  # of topfull's 8e-4
     assert job["hyperparameters"]["max_steps"] == 20
+
+
+@pytest.mark.parametrize("schedule,multiplier,lr", [
+    ("topfull", "auto", 8e-4), ("topfull", 2, 1.6e-3), ("full", 0.5, 4e-4), ("top", "auto", 1.6e-3),
+    ("cyclic", "auto", 4e-4)])
+def test_the_multiplier_scales_the_schedules_measured_learning_rate(client, alice, schedule, multiplier, lr):
+    """Issue 30: "auto" is the measured best for the job's schedule (lcsb_core.learning_rate), the same
+    number the core resolves, stated in the job object and in the trainer's config."""
+    job = job_ok(client, alice, hyperparameters={"learning_rate_multiplier": multiplier, "max_steps": 20},
+                 method={"lcsb": {"schedule": schedule}})
+    assert job["hyperparameters"]["learning_rate"] == pytest.approx(lr)
+    assert job["method"]["supervised"]["hyperparameters"]["learning_rate"] == pytest.approx(lr)
+    from lcsb_core.config import TrainConfig
+    core = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "lcsb": {"schedule": schedule}})
+    assert core.optim.learning_rate * (1.0 if multiplier == "auto" else multiplier) == pytest.approx(lr)
 
 
 def test_bigger_jobs_route_to_bigger_workers_or_422(client, alice):

@@ -46,8 +46,9 @@ def test_log_level_and_the_trainers_defaults(monkeypatch, tmp_path):
     monkeypatch.setenv("LCSB_LOG_LEVEL", "debug")
     s = Settings()
     assert s.log_level == "DEBUG"
-    assert (s.min_examples, s.base_learning_rate, s.default_batch_size) == (
-        DataSettings.min_examples, OptimSettings.learning_rate, TrainConfig.batch_size) == (10, 1e-4, 4)
+    assert (s.min_examples, s.default_batch_size) == (DataSettings.min_examples, TrainConfig.batch_size) == (10, 4)
+    # no fixed base learning rate: "auto" follows the core's measured rule per schedule (issue 30)
+    assert s.base_learning_rate is None is OptimSettings.learning_rate
     monkeypatch.setenv("LCSB_LOG_LEVEL", "loud")
     with pytest.raises(ValidationError, match="log_level"):
         Settings()

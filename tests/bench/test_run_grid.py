@@ -64,7 +64,8 @@ def test_a_quality_grid_expands_to_one_run_per_spec_with_its_full_config(tmp_pat
     assert run.folder == "gsm8k" and run.path(tmp_path) == tmp_path / "gsm8k" / f"{run.name}.json"
     assert run.config["spec"] == {"task": "gsm8k", "schedule": "topfull", "seed": 1, "lr": 2e-4, "steps": 12,
                                   "momentum": True, "repacking": False, "quant": "nf4", "fraction": 0.25,
-                                  "full_every": 4, "batch": 4}
+                                  "full_every": 4, "batch": 4, "layer_lr_scaling": "none",
+                                  "deep_fraction": 0.25}
     options = run.config["options"]
     assert (options["threads"], options["warmup"], options["eval_every"], options["seq"]) == (1, 0, 4, 384)
     assert options["out"] == str(tmp_path / "out" / "gsm8k")

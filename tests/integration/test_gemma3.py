@@ -230,7 +230,7 @@ model = apply_lora(load_base_model(resolve_model_path("gemma-3-270m"), quantizat
 sched = make_schedule(spec["schedule"], num_layers=18, k=spec["k"])
 sel = SelectiveBackprop(model, skip_mode=LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN)
 params = [p for i in range(sel.num_layers) for p in sel.params_by_layer[i]]
-opt, tracker = build_optimizer(params, OptimSettings()), UpdateTracker(sel.params_by_layer)
+opt, tracker = build_optimizer(params, OptimSettings(learning_rate=1e-4)), UpdateTracker(sel.params_by_layer)
 ids = torch.randint(3, 262000, (spec["batch"], spec["seq"]), generator=torch.Generator().manual_seed(0))
 batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 for step in range(sched.cycle_length):

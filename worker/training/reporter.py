@@ -3,7 +3,9 @@ run goes, publishes each checkpoint's adapter to storage, and answers the loop's
 question from the job row (`transitions.should_stop`) or the supervisor's time-limit signal.
 
 Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
-    on_start       "Training started: 100 steps, 30 layers (8 trained per step, cyclic), cpu"
+    on_start       "Training started: 100 steps, 30 layers (8 trained per step, cyclic), cpu; learning rate
+                   0.0008 after 5 warmup steps, linear after that"; data: the run's facts, with the resolved
+                   learning_rate, warmup_steps and lr_schedule
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers
@@ -81,10 +83,13 @@ class JobReporter(TrainerCallback):
         self.log_every = int(cfg.get("log_every", 1))
         with _reporting("the start", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, "
-                      f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}",
+                      f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}; "
+                      f"learning rate {info['learning_rate']:.3g} after {info['warmup_steps']} warmup steps, "
+                      f"{info['lr_schedule']} after that",
                       data={k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every", "device",
                                                  "torch_threads", "c_allocator", "train_examples", "eval_examples",
-                                                 "lora_parameters", "start_step")})
+                                                 "lora_parameters", "start_step", "learning_rate", "warmup_steps",
+                                                 "lr_schedule")})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 
     def on_step(self, r: StepReport) -> None:

@@ -103,7 +103,7 @@ class RunSpec:
         return (self.schedule + (f"/{self.full_every}" if self.schedule == "topfull" else "")
                 + (f"%{self.deep_fraction:g}" if self.schedule == "split" and self.deep_fraction != 0.25 else "")
                 + (f"@{self.fraction:g}" if self.fraction != 0.25 and self.schedule != "full" else "")
-                + ("+freq" if self.layer_lr_scaling == "frequency" else ""))
+                + {"none": "", "frequency": "+freq", "sqrt": "+sqrt"}[self.layer_lr_scaling])
 
     @property
     def name(self) -> str:
@@ -112,20 +112,21 @@ class RunSpec:
                 f"-n{self.steps}-mom{int(self.momentum)}-repack{int(self.repacking)}"
                 + (f"-b{self.batch}" if self.batch != 4 else "")
                 + (f"-deep{self.deep_fraction:g}" if self.schedule == "split" else "")
-                + ("-lrfreq" if self.layer_lr_scaling == "frequency" else ""))
+                + {"none": "", "frequency": "-lrfreq", "sqrt": "-lrsqrt"}[self.layer_lr_scaling])
 
 
 def parse_schedule(token: str, default_fraction: float) -> tuple[str, float, int, str, float]:
-    """A grid token `name[/full_every][%deep_fraction][@fraction][+freq]` -> (schedule, fraction, full_every,
+    """A grid token `name[/full_every][%deep_fraction][@fraction][+freq|+sqrt]` -> (schedule, fraction, full_every,
     layer_lr_scaling, deep_fraction); e.g. `topfull/2`, `cyclic@0.5`, `split%0.5`, `topfull/4+freq`.
     `full_every` only means something for `topfull` (default 4), `deep_fraction` for `split` (0.25);
-    `+freq` is `layer_lr_scaling: frequency`."""
-    token, plus, _ = token.partition("+freq")
+    `+freq` is `layer_lr_scaling: frequency`, `+sqrt` is `sqrt`."""
+    scaling = "frequency" if token.endswith("+freq") else "sqrt" if token.endswith("+sqrt") else "none"
+    token = token.removesuffix("+freq").removesuffix("+sqrt")
     name, _, frac = token.partition("@")
     name, _, deep = name.partition("%")
     name, _, every = name.partition("/")
     return (name, float(frac) if frac else default_fraction, int(every) if every else 4,
-            "frequency" if plus else "none", float(deep) if deep else 0.25)
+            scaling, float(deep) if deep else 0.25)
 
 
 class Recorder(TrainerCallback):
@@ -365,7 +366,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  allow_abbrev=False)  # a grid file must spell each option out
     ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "code-alpaca", "wikitext"])
     ap.add_argument("--schedules", default="full,freeze,cyclic,random",
-                    help="comma-separated tokens name[/full_every][%%deep_fraction][@fraction][+freq], "
+                    help="comma-separated tokens name[/full_every][%%deep_fraction][@fraction][+freq|+sqrt], "
                          "e.g. topfull/2,cyclic@0.5,split%%0.5,topfull/4+freq")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--lrs", default="2e-4")

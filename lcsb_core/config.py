@@ -31,7 +31,7 @@ from lcsb_core.selection import SELECT_MODES, check_metric_available, check_metr
 QUANTIZATIONS = ("nf4", "bf16", "fp32")
 LORA_TARGETS_ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LR_SCHEDULES = ("linear", "cosine", "constant")
-LAYER_LR_SCALINGS = ("none", "frequency")
+LAYER_LR_SCALINGS = ("none", "frequency", "sqrt")
 ON_TRUNCATION = ("report", "fail")
 # Ranges that can train (the API's schema reads them too): below 1e-7 AdamW's steps vanish in a bf16
 # adapter's rounding, at 1 they diverge at once; LoRA's scale alpha/r below 1e-3/r leaves the adapter's
@@ -91,7 +91,8 @@ class LCSBSettings:
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
     `deep_fraction` (`split` only: the share of a step's examples back-propagated through every layer;
     None: `lcsb_core.schedules.DEFAULT_DEEP_FRACTION`), `layer_lr_scaling` (`frequency`: each layer's
-    learning rate divided by the share of steps that train it, `lcsb_core.optim.layer_lr_scales`; `none`),
+    learning rate divided by its update share, the share of the step-examples that train it; `sqrt`:
+    by the square root of that share; `lcsb_core.optim.layer_lr_scales`; `none`),
     `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule).
 
@@ -128,7 +129,7 @@ class LCSBSettings:
                f"must be one of {', '.join(LAYER_LR_SCALINGS)}, got {self.layer_lr_scaling!r}")
         blocker = layer_lr_scaling_blocker(self.schedule)
         _check(self.layer_lr_scaling == "none" or blocker is None, "lcsb.layer_lr_scaling",
-               f"frequency has no effect with schedule {self.schedule!r} ({blocker}); use none")
+               f"{self.layer_lr_scaling} has no effect with schedule {self.schedule!r} ({blocker}); use none")
 
 
 @dataclass

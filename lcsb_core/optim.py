@@ -19,14 +19,25 @@ from lcsb_core.config import OptimSettings
 
 
 def layer_lr_scales(update_shares: dict[int, float], num_layers: int, scaling: str) -> dict[int, float]:
-    """Per decoder layer, the factor its learning rate is multiplied by: `none` gives 1.0 to every layer;
-    `frequency` gives 1 / (the share of steps that train the layer) (`Schedule.update_shares`), so a layer
-    trained once every N steps takes N times the step size when it trains and, under Adam's normalised
-    updates with `momentum_for_skipped` off, moves per cycle about what an every-step layer moves (issue 30).
-    A layer trained every step gets exactly 1.0; a layer no step trains gets 1.0 (it has no update)."""
+    """Per decoder layer, the factor its learning rate is multiplied by, from its update share
+    (`Schedule.update_shares`: the share of a cycle's step-examples that back-propagate into it):
+    `none` gives 1.0 to every layer; `frequency` 1 / share, so a layer trained once every N steps takes N
+    times the step size when it trains and, with `momentum_for_skipped` off (no update in between), moves
+    per cycle about what an every-step layer moves under Adam's normalised updates; `sqrt` 1 / sqrt(share),
+    the 1/sqrt(N) slowdown of a layer whose Adam moments decay through N - 1 zero-gradient steps
+    (`momentum_for_skipped`), or whose gradient comes from a share f of the batch (`split`: noise up by
+    1/sqrt(f), Adam's normalised step down by about as much) (issue 30). A layer with share 1 gets exactly
+    1.0; a layer no step trains gets 1.0 (it has no update).
+
+    Raises:
+        ValueError: an unknown `scaling`.
+    """
     if scaling == "none":
         return dict.fromkeys(range(num_layers), 1.0)
-    return {i: 1.0 / update_shares[i] if i in update_shares else 1.0 for i in range(num_layers)}
+    if scaling not in ("frequency", "sqrt"):
+        raise ValueError(f"unknown layer_lr_scaling {scaling!r}")
+    power = 1.0 if scaling == "frequency" else 0.5
+    return {i: (1.0 / update_shares[i]) ** power if i in update_shares else 1.0 for i in range(num_layers)}
 
 
 def build_optimizer(params: list[nn.Parameter], settings: OptimSettings,

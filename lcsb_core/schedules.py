@@ -25,9 +25,10 @@ facts, which the trainer, the memory estimate and the service read instead of co
   exact gradient of those examples every step, instead of the whole batch's every N-th step as in
   `topfull`, for the same backward work (`deep_fraction` 1/N), and the activation peak is that of the
   deep examples, not of the whole batch.
-- `update_shares()`: per layer, the share of a cycle's steps that train it (1.0 for a layer trained
-  every step); `lcsb_core.optim` scales a layer's learning rate by its inverse when
-  `layer_lr_scaling` is `frequency`.
+- `update_shares()`: per layer, the share of a cycle's step-examples that back-propagate into it (1.0
+  for a layer trained on every example of every step; `split`'s lower layers: `deep_fraction`);
+  `lcsb_core.optim.layer_lr_scales` scales a layer's learning rate by its inverse (`frequency`) or
+  inverse square root (`sqrt`) when `layer_lr_scaling` asks for it.
 
 The rules of the schedule fields' own values are stated once, here (`check_schedule`,
 `check_k_or_fraction`, `check_full_every`), and applied by `LCSBSettings` and `make_schedule`; the
@@ -148,8 +149,8 @@ class Schedule(Protocol):
         ...
 
     def update_shares(self) -> dict[int, float]:
-        """Layer index -> share of a cycle's steps that train the layer, in (0, 1] (layers never trained,
-        as below `top`'s k, are left out)."""
+        """Layer index -> share of a cycle's step-examples that train the layer, in (0, 1] (layers never
+        trained, as below `top`'s k, are left out)."""
         ...
 
     def needs_probe(self, step: int) -> bool:
@@ -441,7 +442,6 @@ class SplitSchedule(PureSchedule):
 
     deep_fraction: float = DEFAULT_DEEP_FRACTION
     name: ClassVar[str] = "split"
-    fixed_shares: ClassVar[str | None] = "it trains every layer on every step"
 
     @property
     def cycle_length(self) -> int:
@@ -452,6 +452,12 @@ class SplitSchedule(PureSchedule):
 
     def shallow_layers(self, step: int) -> frozenset[int]:
         return frozenset(range(self.num_layers - self.k, self.num_layers))
+
+    def update_shares(self) -> dict[int, float]:
+        """The top k: 1.0 (every example); the layers below: `deep_fraction` (the deep examples only; the
+        nominal share, which a small batch rounds, `lcsb_core.step.deep_rows`)."""
+        low = self.num_layers - self.k
+        return {i: (1.0 if i >= low else self.deep_fraction) for i in range(self.num_layers)}
 
     def describe(self) -> str:
         return (f"top {self.k} of {self.num_layers} layers on every example, all {self.num_layers} on "
@@ -525,9 +531,9 @@ def schedule_takes(option: str, name: str) -> bool:
 
 
 def layer_lr_scaling_blocker(name: str) -> str | None:
-    """Why `layer_lr_scaling: frequency` cannot take effect with schedule `name` (every layer trains on
-    every step, or the shares are not fixed), or None where it can; None for unknown names too (the
-    name's own check reports those)."""
+    """Why a `layer_lr_scaling` other than `none` cannot take effect with schedule `name` (every layer
+    trains on every example, or the shares are not fixed), or None where it can; None for unknown names
+    too (the name's own check reports those)."""
     cls = _CLASSES.get(name)
     return None if cls is None else cls.fixed_shares
 

@@ -105,8 +105,9 @@ class LCSBMethod(BaseModel):
         default=None, gt=0, lt=1, description="split only: the share of each step's examples back-propagated "
         f"through every layer (default {DEFAULT_DEEP_FRACTION:g})")
     layer_lr_scaling: Literal[LAYER_LR_SCALINGS] | None = Field(  # type: ignore[valid-type]
-        default=None, description="frequency: each layer's learning rate divided by the share of steps that train "
-        f"it (not with full, split or importance); default {LCSBSettings.layer_lr_scaling}")
+        default=None, description="frequency: each layer's learning rate divided by the share of step-examples "
+        "that train it; sqrt: by its square root (not with full or importance); default "
+        f"{LCSBSettings.layer_lr_scaling}")
     momentum_for_skipped: bool | None = Field(default=None, description=(
         "zero, not absent, gradients for the layers not trained at a step, so AdamW moves them by momentum "
         f"(default {str(LCSBSettings.momentum_for_skipped).lower()})"))

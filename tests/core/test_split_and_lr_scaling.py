@@ -61,7 +61,9 @@ def test_split_describes_itself_and_its_facts():
     sched = make_schedule("split", num_layers=30, k=8)
     assert sched.deep_fraction == 0.25 and sched.layers_for_step(5) == frozenset(range(30))
     assert sched.shallow_layers(5) == frozenset(range(22, 30))
-    assert sched.update_shares() == dict.fromkeys(range(30), 1.0)
+    assert sched.update_shares() == {**dict.fromkeys(range(22), 0.25), **dict.fromkeys(range(22, 30), 1.0)}
+    sqrt = layer_lr_scales(sched.update_shares(), 30, "sqrt")  # the deep examples' noise: 1/sqrt(1/4) = 2x
+    assert (sqrt[0], sqrt[21], sqrt[22], sqrt[29]) == (2.0, 2.0, 1.0, 1.0)
     assert "25% of each step's examples" in sched.describe()
 
 
@@ -88,10 +90,19 @@ def test_frequency_scales_are_one_over_each_layers_share_of_steps():
     assert layer_lr_scales(top.update_shares(), 30, "frequency")[0] == 1.0
 
 
-@pytest.mark.parametrize("schedule", ["full", "split", "importance"])
-def test_frequency_scaling_that_cannot_take_effect_is_refused(schedule):
-    with pytest.raises(ConfigError, match=r"lcsb\.layer_lr_scaling.*no effect"):
-        LCSBSettings(schedule=schedule, layer_lr_scaling="frequency")
+@pytest.mark.parametrize("schedule", ["full", "importance"])
+@pytest.mark.parametrize("scaling", ["frequency", "sqrt"])
+def test_scaling_that_cannot_take_effect_is_refused(schedule, scaling):
+    with pytest.raises(ConfigError, match=rf"lcsb\.layer_lr_scaling.*{scaling} has no effect"):
+        LCSBSettings(schedule=schedule, layer_lr_scaling=scaling)
+    with pytest.raises(ConfigError, match=r"lcsb\.layer_lr_scaling.*must be one of none, frequency, sqrt"):
+        LCSBSettings(schedule="topfull", layer_lr_scaling="linear")
+
+
+def test_sqrt_scaling_of_topfull_is_two_for_the_layers_trained_every_fourth_step():
+    topfull = make_schedule("topfull", num_layers=30, k=8, full_every=4)
+    scales = layer_lr_scales(topfull.update_shares(), 30, "sqrt")
+    assert scales == {**dict.fromkeys(range(22), 2.0), **dict.fromkeys(range(22, 30), 1.0)}
 
 
 def test_scaled_groups_leave_an_every_step_layer_bit_identical_and_scale_the_others():

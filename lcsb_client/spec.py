@@ -4,7 +4,7 @@ dataset paths allowed in place of file ids (uploaded first).
     model: SmolLM2-135M-Instruct
     training_path: data/train.jsonl          # or training_file: file-...
     validation_path: data/valid.jsonl        # or validation_file: file-... (optional)
-    hyperparameters: {n_epochs: 1, batch_size: 4, learning_rate: 2.0e-4}
+    hyperparameters: {n_epochs: 1, batch_size: 4}
     method:
       lora: {rank: 16, alpha: 32}
       lcsb: {schedule: topfull, fraction: 0.25}

@@ -54,9 +54,13 @@ print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k
 print(f"  time             {summary['train_seconds']:.0f} s training, {time.time() - float(sys.argv[2]):.0f} s submit to download")
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
 ref = json.load(open("bench/results/main_job/full_reference_summary.json"))
+lr = job["hyperparameters"]["learning_rate"]
+print(f"  learning rate    {lr:g} (peak; {job['hyperparameters']['warmup_steps']} warmup steps, "
+      f"{job['hyperparameters']['lr_schedule']} decay; the measured rule, lcsb_core/learning_rate.py)")
+same = "the same" if abs(ref["learning_rate"] - lr) <= 1e-12 else f"ANOTHER ({ref['learning_rate']:g})"
 print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}, peak {ref['peak_memory_mib']:.0f} MiB on this same job "
-      "(a recorded reference from before the worker's jemalloc, which lowers peaks: "
-      "BENCHMARKS.md, 'jemalloc in the training process'; not run now)")
+      f"at {same} learning rate: a recorded reference ({ref['recorded']}; BENCHMARKS.md, 'The README main job'), "
+      "not run now")
 print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "
       "runs/main-job/metrics.csv, runs/main-job/plots/")
 PY

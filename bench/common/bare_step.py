@@ -39,8 +39,8 @@ def random_batch(vocab_size: int, batch: int, seq: int, device: torch.device, se
 
 
 def schedule_of(token: str, num_layers: int, fraction: float = 0.25):
-    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`) at
-    k = `fraction` x `num_layers` (full: all layers)."""
+    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`, `split`
+    with its default deep_fraction) at k = `fraction` x `num_layers` (full: all layers)."""
     name, _, every = token.removesuffix("-momentum-off").partition("/")
     return make_schedule(name, num_layers=num_layers, fraction=1.0 if name == "full" else fraction,
                          full_every=int(every or 4))
@@ -59,7 +59,7 @@ def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, f
     def step(t: int) -> None:
         sel.skip_mode, sel.gradient_checkpointing = mode, checkpointing
         run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
-                 max_grad_norm=1.0)
+                 max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(t))
 
     return [functools.partial(step, t) for t in range(sched.cycle_length)]
 

@@ -1,0 +1,160 @@
+"""PEFT LoRA -> GGUF: llama.cpp's LoRA adapter file, and merged copies of the shipped base GGUF.
+
+    plan = plan_tensors(adapter, base)                   # GGUF name -> LoraModule, checked
+    write_adapter_gguf(adapter, base, plan, out / "adapter.gguf")
+    report = write_merged_gguf(adapter, base, plan, out / "merged-f16.gguf", "F16", chat_template)
+
+Adapter file (llama.cpp `src/llama-adapter.cpp`, `llama_adapter_lora_init_impl`; written as llama.cpp's
+`convert_lora_to_gguf.py` does): `general.architecture` = the base's, `general.type = "adapter"`,
+`adapter.type = "lora"`, `adapter.lora.alpha` (float32); per adapted weight `<name>.lora_a`, numpy
+(r, in) = ggml ne (in, r), and `<name>.lora_b`, numpy (out, r) = ne (r, out), both F16. llama.cpp
+scales `b @ a` by `alpha / rank`, rank = `lora_b` ne[0] (`llama_adapter_lora_weight::get_scale`), so the
+stored alpha is PEFT's scale times the rank: `lora_alpha`, or `lora_alpha * sqrt(r)` with rsLoRA
+(`convert_lora_to_gguf.py` writes `lora_alpha` unchanged, which is wrong for rsLoRA).
+
+Merged file: every metadata key and every tensor byte of the base GGUF copied (gguf's
+`gguf_new_metadata.py` recipe), except the adapted weights, which are de-quantized, given the delta,
+and stored as F16, Q8_0 or Q4_1; `tokenizer.chat_template` is the job's template.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lcsb_core.errors import ExportError
+from lcsb_core.export.adapter import LoraAdapter, LoraModule
+from lcsb_core.export.base import BaseGGUF
+
+MERGE_TYPES = ("F16", "Q8_0", "Q4_1")
+
+
+def plan_tensors(adapter: LoraAdapter, base: BaseGGUF) -> dict[str, LoraModule]:
+    """Each adapted module under its GGUF weight name, in the base file's tensor order.
+
+    Raises:
+        ExportError: a module has no GGUF tensor in this base (wrong base model, or a module the
+            format cannot hold) or its shape differs from the base tensor's.
+    """
+    plan: dict[str, LoraModule] = {}
+    for module in adapter.modules.values():
+        name = base.gguf_name(module.name)
+        if name is None or name not in base.tensors:
+            raise ExportError(f"adapted module {module.name} has no tensor in the base GGUF "
+                              f"{base.path.name} ({base.arch}); it does not export")
+        out_dim, in_dim = module.b.shape[0], module.a.shape[1]
+        if base.shape(name) != (out_dim, in_dim):
+            raise ExportError(f"adapted module {module.name} is {out_dim}x{in_dim} but {name} in "
+                              f"{base.path.name} is {base.shape(name)[0]}x{base.shape(name)[1]}: wrong base model")
+        plan[name] = module
+    return {name: plan[name] for name in base.tensors if name in plan}
+
+
+def gguf_alpha(plan: dict[str, LoraModule]) -> float:
+    """The one `adapter.lora.alpha` that makes llama.cpp's `alpha / rank` equal PEFT's scale on every
+    tensor (scale * rank).
+
+    Raises:
+        ExportError: the modules need different alphas (rsLoRA with mixed ranks).
+    """
+    alphas = {name: m.scale * m.rank for name, m in plan.items()}
+    first = next(iter(alphas.values()))
+    if any(not math.isclose(a, first, rel_tol=1e-6) for a in alphas.values()):
+        raise ExportError("the adapter's tensors need different adapter.lora.alpha values (rsLoRA with a "
+                          "rank_pattern); a GGUF adapter holds one: use a merged format")
+    return first
+
+
+def write_adapter_gguf(adapter: LoraAdapter, base: BaseGGUF, plan: dict[str, LoraModule], out: Path) -> Path:
+    """Write llama.cpp's LoRA adapter file for `base` at `out` (F16 A and B; layout in the module doc).
+    Returns `out`."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(out), base.arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, gguf_alpha(plan))
+    for name, module in plan.items():
+        writer.add_tensor(name + ".lora_a", module.a.astype(np.float16))
+        writer.add_tensor(name + ".lora_b", np.ascontiguousarray(base.to_gguf_rows(name, module.b)).astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """What a merged file kept of the adapter, measured on the weights: `effect_kept` =
+    1 - ||stored - (base + delta)|| / ||delta|| over all adapted tensors (Frobenius norms; 1.0 keeps the
+    delta exactly, 0.0 keeps none of it), where `base` is the shipped tensor de-quantized and `stored`
+    what the file holds, de-quantized."""
+
+    path: Path
+    qtype: str
+    effect_kept: float
+    tensors_merged: int
+
+
+def _encode(values: np.ndarray, qtype: str) -> tuple[np.ndarray, Any, np.ndarray]:
+    """(data to write, its GGML type, the values it decodes to)."""
+    import gguf
+
+    if qtype == "F16":
+        half = values.astype(np.float16)
+        return half, gguf.GGMLQuantizationType.F16, half.astype(np.float32)
+    ggml_type = gguf.GGMLQuantizationType[qtype]
+    packed = gguf.quants.quantize(values, ggml_type)
+    return packed, ggml_type, gguf.quants.dequantize(packed, ggml_type)
+
+
+def write_merged_gguf(base: BaseGGUF, plan: dict[str, LoraModule], out: Path, qtype: str,
+                      chat_template: str | None) -> MergeReport:
+    """Write `base` with the adapter merged into the planned tensors (stored as `qtype`, one of
+    `MERGE_TYPES`) and `chat_template` as `tokenizer.chat_template` (None: the base's is kept).
+
+    Raises:
+        ExportError: `qtype` is not one of `MERGE_TYPES`.
+    """
+    import gguf
+
+    if qtype not in MERGE_TYPES:
+        raise ExportError(f"merged GGUF type must be one of {', '.join(MERGE_TYPES)}, got {qtype!r}")
+    reader = base.reader
+    writer = gguf.GGUFWriter(str(out), base.arch, endianess=reader.endianess)
+    for f in reader.fields.values():
+        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF."):
+            continue
+        if f.name == gguf.Keys.Tokenizer.CHAT_TEMPLATE and chat_template is not None:
+            continue
+        sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    err2 = delta2 = 0.0
+    merged_data: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        module = plan.get(t.name)
+        if module is None:
+            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+            continue
+        delta = base.to_gguf_rows(t.name, module.delta())
+        shipped = base.dequantized(t.name)
+        data, ggml_type, decoded = _encode(shipped + delta, qtype)
+        err2 += float(np.sum(np.square(decoded - shipped - delta, dtype=np.float64)))
+        delta2 += float(np.sum(np.square(delta, dtype=np.float64)))
+        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, ggml_type)
+        merged_data[t.name] = data
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(merged_data.get(t.name, t.data), tensor_endianess=reader.endianess)
+    writer.close()
+    kept = 1.0 - math.sqrt(err2 / delta2) if delta2 > 0 else 1.0
+    return MergeReport(Path(out), qtype, kept, len(plan))

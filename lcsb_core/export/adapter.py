@@ -100,8 +100,15 @@ def _load_tensors(path: Path) -> dict[str, np.ndarray]:
 
     try:
         return {k: v.astype(np.float32) for k, v in load_file(str(path)).items()}
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - safetensors' own error type for bf16 or a damaged file
         pass
+    try:
+        return _load_raw(path)
+    except (ValueError, KeyError, struct.error) as exc:
+        raise ExportError(f"{path.name} is not a readable safetensors file: {exc}", field=None) from exc
+
+
+def _load_raw(path: Path) -> dict[str, np.ndarray]:
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])

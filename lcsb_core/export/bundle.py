@@ -71,7 +71,8 @@ def readme_text(manifest: dict) -> str:
     """The export's README: what each file is, and the llama.cpp and Ollama commands."""
     base = manifest["base"]
     rows = "\n".join(f"| `{f['file']}` | {f['format']} | {f['bytes'] / 2**20:.1f} MiB | "
-                     f"{'' if f.get('effect_kept') is None else format(f['effect_kept'], '.1%')} |"
+                     f"{'exact (f16 A, B)' if f.get('effect_kept') is None else format(f['effect_kept'], '.1%')} | "
+                     f"{'' if f.get('rel_error') is None else format(f['rel_error'], '.1%')} |"
                      for f in manifest["files"])
     fmts = {f["format"] for f in manifest["files"]}
     merged = next((FILE_NAMES[f] for f in MERGED_FORMATS if f in fmts), None)
@@ -81,10 +82,11 @@ def readme_text(manifest: dict) -> str:
         "",
         f"LoRA rank {manifest['lora']['rank']}, alpha {manifest['lora']['alpha']}, on "
         f"{', '.join(manifest['lora']['targets'])}, trained on {base['name']} ({base['hub_id']}). "
-        "Effect kept: the share of the adapter's weight change each file keeps (1 - ||stored - wanted|| / "
-        "||change||); a 4-bit merge keeps little of a short job's change.",
+        "Effect kept: the share of the adapter's weight change a merged file keeps, along the change "
+        "(<stored - base, change> / ||change||^2); error: ||stored - base - change|| / ||change||, rounding "
+        "noise included. A 4-bit merge keeps little of a short job's change; the adapter file keeps it exactly.",
         "",
-        "| file | format | size | effect kept |", "|---|---|---|---|", rows, "",
+        "| file | format | size | effect kept | error |", "|---|---|---|---|---|", rows, "",
     ]
     if ADAPTER in fmts:
         lines += [
@@ -134,16 +136,17 @@ def export_adapter(adapter_dir: Path, out: Path, *, base_gguf: Path, entry: Cata
     for fmt in asked:
         final = out / FILE_NAMES[fmt]
         tmp = out / (final.name + ".partial")
-        kept: float | None = None
+        kept = rel = None
         if fmt == ADAPTER:
             alpha = gguf_alpha(plan)
             write_adapter_gguf(adapter, base, plan, tmp)
         else:
-            kept = write_merged_gguf(base, plan, tmp, _QTYPES[fmt], chat_template).effect_kept
+            report = write_merged_gguf(base, plan, tmp, _QTYPES[fmt], chat_template)
+            kept, rel = round(report.effect_kept, 4), round(report.rel_error, 4)
         tmp.rename(final)
         files[fmt] = final
         entries.append({"format": fmt, "file": final.name, "bytes": final.stat().st_size,
-                        "sha256": sha256_of(final), "effect_kept": None if kept is None else round(kept, 4)})
+                        "sha256": sha256_of(final), "effect_kept": kept, "rel_error": rel})
     eos = base.token_text(int(base.field("tokenizer.ggml.eos_token_id")))
     ollama = ollama_prompt_format(chat_template, _control_tokens(base), eos=eos)
     manifest: dict = {

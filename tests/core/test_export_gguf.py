@@ -198,13 +198,13 @@ def test_permutation_makes_llama_cpp_rope_give_the_hf_attention_scores():
     assert not np.allclose(scores(wq, wk, neox=False), hf)  # without the permutation llama.cpp's RoPE differs
 
 
-@pytest.mark.parametrize("qtype,floor", [("F16", 0.99), ("Q8_0", 0.0), ("Q4_1", -10.0)])
+@pytest.mark.parametrize("qtype,floor", [("F16", 0.98), ("Q8_0", 0.0), ("Q4_1", -1.0)])
 def test_merged_file_adds_the_delta_and_copies_everything_else(base_path, tmp_path, qtype, floor):
     adapter = read_adapter(write_peft(tmp_path / "peft", targets=("self_attn.q_proj", "mlp.down_proj")))
     base = BaseGGUF.open(base_path)
     plan = plan_tensors(adapter, base)
     report = write_merged_gguf(base, plan, tmp_path / "m.gguf", qtype, "{{ 'T' }}")
-    assert report.tensors_merged == 2 * BLOCKS and floor <= report.effect_kept <= 1.0
+    assert report.tensors_merged == 2 * BLOCKS and floor <= report.effect_kept <= 1.02
     merged = gguf.GGUFReader(report.path)
     src = {f.name: f.contents() for f in base.reader.fields.values() if not f.name.startswith("GGUF.")}
     dst = {f.name: f.contents() for f in merged.fields.values() if not f.name.startswith("GGUF.")}
@@ -223,12 +223,14 @@ def test_merged_file_adds_the_delta_and_copies_everything_else(base_path, tmp_pa
     assert tensor(merged, "blk.0.attn_q.weight").tensor_type == gguf.GGMLQuantizationType[qtype]
 
 
-def test_f16_keeps_more_of_the_delta_than_q8_0_than_q4_1(base_path, tmp_path):
+def test_f16_keeps_the_delta_with_less_error_than_q8_0_than_q4_1(base_path, tmp_path):
     adapter = read_adapter(write_peft(tmp_path / "peft"))
     base = BaseGGUF.open(base_path)
     plan = plan_tensors(adapter, base)
-    kept = [write_merged_gguf(base, plan, tmp_path / f"{q}.gguf", q, None).effect_kept for q in ("F16", "Q8_0", "Q4_1")]
-    assert kept[0] > kept[1] > kept[2] and kept[0] > 0.99
+    reports = [write_merged_gguf(base, plan, tmp_path / f"{q}.gguf", q, None) for q in ("F16", "Q8_0", "Q4_1")]
+    errors = [r.rel_error for r in reports]
+    assert errors[0] < 0.05 and errors[0] < errors[1] < errors[2]
+    assert reports[0].effect_kept == pytest.approx(1.0, abs=0.01)
 
 
 CONFIG_REFUSALS = [

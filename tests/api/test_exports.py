@@ -36,6 +36,10 @@ def real_adapter(folder, rank: int = 4) -> None:
 
 @pytest.fixture
 def trained(client, alice, app, tmp_path) -> dict:
+    return succeeded_job(client, alice, app, tmp_path)
+
+
+def succeeded_job(client, alice, app, tmp_path) -> dict:
     """A succeeded SmolLM2 chat job with a checkpoint at step 2 and a real final adapter published."""
     job = job_ok(client, alice)
     run = fake_run(tmp_path, steps=(2,))

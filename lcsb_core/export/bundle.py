@@ -18,7 +18,7 @@ from pathlib import Path
 from lcsb_core.errors import ExportError
 from lcsb_core.export.adapter import ADAPTER_WEIGHTS, read_adapter
 from lcsb_core.export.base import BaseGGUF
-from lcsb_core.export.convert import gguf_alpha, plan_tensors, write_adapter_gguf, write_merged_gguf
+from lcsb_core.export.convert import gguf_alpha, plan_tensors, write_adapter_gguf, write_merged_ggufs
 from lcsb_core.export.formats import (
     ADAPTER,
     FILE_NAMES,
@@ -133,17 +133,18 @@ def export_adapter(adapter_dir: Path, out: Path, *, base_gguf: Path, entry: Cata
     files: dict[str, Path] = {}
     entries: list[dict] = []
     alpha = None
+    partial = {fmt: out / (FILE_NAMES[fmt] + ".partial") for fmt in asked}
+    if ADAPTER in asked:
+        alpha = gguf_alpha(plan)
+        write_adapter_gguf(adapter, base, plan, partial[ADAPTER])
+    merges = write_merged_ggufs(base, plan, {_QTYPES[f]: partial[f] for f in asked if f != ADAPTER}, chat_template)
     for fmt in asked:
         final = out / FILE_NAMES[fmt]
-        tmp = out / (final.name + ".partial")
         kept = rel = None
-        if fmt == ADAPTER:
-            alpha = gguf_alpha(plan)
-            write_adapter_gguf(adapter, base, plan, tmp)
-        else:
-            report = write_merged_gguf(base, plan, tmp, _QTYPES[fmt], chat_template)
+        if fmt != ADAPTER:
+            report = merges[_QTYPES[fmt]]
             kept, rel = round(report.effect_kept, 4), round(report.rel_error, 4)
-        tmp.rename(final)
+        partial[fmt].rename(final)
         files[fmt] = final
         entries.append({"format": fmt, "file": final.name, "bytes": final.stat().st_size,
                         "sha256": sha256_of(final), "effect_kept": kept, "rel_error": rel})

@@ -20,6 +20,7 @@ and stored as F16, Q8_0 or Q4_1; `tokenizer.chat_template` is the job's template
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,42 +125,73 @@ def write_merged_gguf(base: BaseGGUF, plan: dict[str, LoraModule], out: Path, qt
     Raises:
         ExportError: `qtype` is not one of `MERGE_TYPES`.
     """
+    return write_merged_ggufs(base, plan, {qtype: out}, chat_template)[qtype]
+
+
+def _merge_tensor(base: BaseGGUF, name: str, module: LoraModule, qtypes: list[str]) -> dict[str, tuple]:
+    """For each qtype: (encoded data, GGML type, |change - delta|^2, |delta|^2, <change, delta>)."""
+    delta = base.to_gguf_rows(name, module.delta())
+    shipped = base.dequantized(name)
+    wanted = shipped + delta
+    flat_delta = delta.ravel()
+    delta2 = float(np.dot(flat_delta, flat_delta))
+    out = {}
+    for qtype in qtypes:
+        data, ggml_type, decoded = _encode(wanted, qtype)
+        change = (decoded - shipped).ravel()
+        miss = change - flat_delta
+        out[qtype] = (data, ggml_type, float(np.dot(miss, miss)), delta2, float(np.dot(change, flat_delta)))
+    return out
+
+
+def write_merged_ggufs(base: BaseGGUF, plan: dict[str, LoraModule], outs: dict[str, Path],
+                       chat_template: str | None, *, threads: int = 2) -> dict[str, MergeReport]:
+    """`write_merged_gguf` for several types at once (qtype -> path): each adapted tensor is
+    de-quantized and given its delta once, then encoded per type, on `threads` threads (numpy's
+    kernels release the GIL). Holds the encoded adapted tensors of every type until they are written.
+
+    Raises:
+        ExportError: a qtype is not one of `MERGE_TYPES`.
+    """
     import gguf
 
-    if qtype not in MERGE_TYPES:
-        raise ExportError(f"merged GGUF type must be one of {', '.join(MERGE_TYPES)}, got {qtype!r}")
+    bad = [q for q in outs if q not in MERGE_TYPES]
+    if bad:
+        raise ExportError(f"merged GGUF type must be one of {', '.join(MERGE_TYPES)}, got {bad[0]!r}")
+    qtypes = list(outs)
+    merged: dict[str, dict[str, tuple]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for name, result in zip(plan, pool.map(lambda n: _merge_tensor(base, n, plan[n], qtypes), plan), strict=True):
+            merged[name] = result
     reader = base.reader
-    writer = gguf.GGUFWriter(str(out), base.arch, endianess=reader.endianess)
-    for f in reader.fields.values():
-        if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF."):
-            continue
-        if f.name == gguf.Keys.Tokenizer.CHAT_TEMPLATE and chat_template is not None:
-            continue
-        sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
-    err2 = delta2 = dot = 0.0
-    merged_data: dict[str, np.ndarray] = {}
-    for t in reader.tensors:
-        module = plan.get(t.name)
-        if module is None:
-            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-            continue
-        delta = base.to_gguf_rows(t.name, module.delta())
-        shipped = base.dequantized(t.name)
-        data, ggml_type, decoded = _encode(shipped + delta, qtype)
-        change = decoded - shipped
-        err2 += float(np.sum(np.square(change - delta, dtype=np.float64)))
-        delta2 += float(np.sum(np.square(delta, dtype=np.float64)))
-        dot += float(np.sum(change.astype(np.float64) * delta))
-        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, ggml_type)
-        merged_data[t.name] = data
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(merged_data.get(t.name, t.data), tensor_endianess=reader.endianess)
-    writer.close()
-    kept, rel = (dot / delta2, math.sqrt(err2 / delta2)) if delta2 > 0 else (1.0, 0.0)
-    return MergeReport(Path(out), qtype, kept, rel, len(plan))
+    reports = {}
+    for qtype, out in outs.items():
+        writer = gguf.GGUFWriter(str(out), base.arch, endianess=reader.endianess)
+        for f in reader.fields.values():
+            if f.name == gguf.Keys.General.ARCHITECTURE or f.name.startswith("GGUF."):
+                continue
+            if f.name == gguf.Keys.Tokenizer.CHAT_TEMPLATE and chat_template is not None:
+                continue
+            sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+        if chat_template is not None:
+            writer.add_chat_template(chat_template)
+        for t in reader.tensors:
+            if t.name in merged:
+                data, ggml_type = merged[t.name][qtype][:2]
+                writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, ggml_type)
+            else:
+                writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t in reader.tensors:
+            data = merged[t.name][qtype][0] if t.name in merged else t.data
+            writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+        writer.close()
+        err2, delta2, dot = (sum(r[qtype][i] for r in merged.values()) for i in (2, 3, 4))
+        kept, rel = (dot / delta2, math.sqrt(err2 / delta2)) if delta2 > 0 else (1.0, 0.0)
+        reports[qtype] = MergeReport(Path(out), qtype, kept, rel, len(plan))
+        for r in merged.values():  # this type's data is written: let it go
+            r[qtype] = (None, None, *r[qtype][2:])
+    return reports

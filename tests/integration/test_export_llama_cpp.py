@@ -1,11 +1,11 @@
 """Exports checked by their real consumer, llama.cpp (llama-cpp-python 0.3.36, built by scripts/setup.sh):
 a real SmolLM2 chat job and a real Gemma-3-270M prompt/completion job, each trained for a few steps here
-with the core trainer and exported with `export_run`. llama.cpp loads the shipped base GGUF plus
-`adapter.gguf` and each merged file; on 8 prompts x 32 greedy tokens of the PEFT model its top-1 tokens
-agree on >= 95 % of positions for the adapter and F16 and keep >= 90 % of the adapter's change of the
-log-probabilities (`lcsb_core.export.fidelity`); generation stops at each model's end-of-turn token; the
-template inside the GGUF renders the prompt string training rendered. The full 20 x 64 measurement is in
-BENCHMARKS.md ("GGUF export"). About 4 minutes on 2 shared cores."""
+with the core trainer and exported with `lcsb export` (SmolLM2) and `export_run` (Gemma). llama.cpp
+loads the shipped base GGUF plus `adapter.gguf` and each merged file; on 8 prompts x 32 greedy tokens of
+the PEFT model its top-1 tokens agree on >= 95 % of positions for the adapter and F16, which keep >= 90 %
+of the adapter's change of the log-probabilities (`lcsb_core.export.fidelity`); generation stops at each
+model's end-of-turn token; the template inside the GGUF renders the prompt string training rendered.
+The full 20 x 64 measurement is in BENCHMARKS.md ("GGUF export")."""
 
 from __future__ import annotations
 
@@ -76,13 +76,18 @@ class Job:
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory) -> Job:
-    from lcsb_core.export.run import export_run
+    from typer.testing import CliRunner
+
+    from lcsb_core.cli import app as core_cli
     from lcsb_core.models.gguf_import import ensure_model, shipped_gguf_path
     from lcsb_core.models.loading import load_tokenizer
 
     tmp = tmp_path_factory.mktemp("export-smollm2")
     run = train(tmp, SMOLLM2.name, [gsm8k_to_chat(r) for r in gsm8k("train", 0, 24)])
-    export_run(run, tmp / "export", formats=["adapter", "merged-f16", "merged-q8_0", "merged-q4_1"])
+    result = CliRunner().invoke(core_cli, ["export", str(run), "-f", "adapter", "-f", "merged-f16", "-f", "merged-q8_0",
+                                           "-f", "merged-q4_1", "--out", str(tmp / "export")])  # `lcsb export`
+    assert result.exit_code == 0, result.output
+    assert str(tmp / "export" / "merged-q4_1.gguf") in result.output
     tokenizer = load_tokenizer(ensure_model(SMOLLM2.name))
     messages = [[{"role": "user", "content": r["question"]}] for r in gsm8k("test", 0, PROMPTS)]
     prompts = [tokenizer(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True),

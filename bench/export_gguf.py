@@ -48,6 +48,7 @@ def train(tmp: Path, model: str, examples: list[dict], steps: int) -> Path:
     from lcsb_core.config import TrainConfig
     from lcsb_core.trainer import Trainer
 
+    tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in examples))
     cfg = TrainConfig.from_dict({
         "data": {"train_file": str(tmp / "train.jsonl"), "max_seq_len": 128},

@@ -152,7 +152,8 @@ def test_greedy_tokens_agree_with_peft_and_keep_the_adapters_effect(job):
 
 def test_generation_stops_at_the_end_of_turn_token(job):
     """llama.cpp treats each Modelfile stop string's token as end of generation, and the SmolLM2 chat
-    job's merged model, given its first prompt, ends its answer with <|im_end|> before 256 tokens."""
+    job's merged model, asked a short question through the GGUF's own template, ends its answer with
+    <|im_end|> (finish_reason "stop", not "length")."""
     import llama_cpp
 
     from lcsb_core.export.fidelity import open_llama
@@ -164,9 +165,11 @@ def test_generation_stops_at_the_end_of_turn_token(job):
         assert llama_cpp.llama_vocab_is_eog(vocab, token), stop
     assert job.manifest["stop"] == (["<|im_end|>"] if job.entry is SMOLLM2 else ["<eos>"])
     if job.entry is SMOLLM2:
-        out = llm.create_completion(job.tokenizer.decode(job.prompts[0]), max_tokens=256, temperature=0.0)
-        assert out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] < 256
-        assert "<|im_end|>" not in out["choices"][0]["text"]
+        prompt = job.tokenizer.apply_chat_template([{"role": "user", "content": "Say hello in one short sentence."}],
+                                                   tokenize=False, add_generation_prompt=True)
+        out = llm.create_completion(prompt, max_tokens=128, temperature=0.0)
+        assert out["choices"][0]["finish_reason"] == "stop", out
+        assert out["usage"]["completion_tokens"] < 128 and "<|im_end|>" not in out["choices"][0]["text"]
 
 
 def test_template_inside_the_gguf_renders_the_training_prompt(job):

@@ -37,7 +37,7 @@ class ExportFile(BaseModel):
     download_url: str
 
 
-class ExportError(BaseModel):
+class ExportErrorBody(BaseModel):
     code: str
     message: str
 
@@ -53,7 +53,7 @@ class ExportObject(BaseModel):
     checkpoint_step: int | None
     files: list[ExportFile]
     manifest: dict[str, Any] | None
-    error: ExportError | None
+    error: ExportErrorBody | None
     created_at: int
     finished_at: int | None
 
@@ -62,7 +62,7 @@ class ExportObject(BaseModel):
         base = f"/v1/fine_tuning/jobs/{row.job_id}/exports/{row.id}/files"
         files = [ExportFile(name=f["name"], format=f.get("format"), bytes=f["bytes"], sha256=f.get("sha256"),
                             effect_kept=f.get("effect_kept"), download_url=f"{base}/{f['name']}") for f in row.files]
-        error = ExportError(code=row.error_code, message=row.error_message or "") if row.error_code else None
+        error = ExportErrorBody(code=row.error_code, message=row.error_message or "") if row.error_code else None
         return cls(id=row.id, job_id=row.job_id, status=row.status, formats=list(row.formats),
                    checkpoint_step=row.checkpoint_step, files=files, manifest=row.manifest, error=error,
                    created_at=unix(row.created_at), finished_at=unix(row.finished_at))

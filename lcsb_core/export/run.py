@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from lcsb_core.errors import ExportError
+from lcsb_core.export.base import BaseGGUF
 from lcsb_core.export.bundle import ExportResult, export_adapter
 from lcsb_core.export.templates import training_template
 from lcsb_core.models.catalog import CATALOG, CatalogEntry, catalog_entry
@@ -98,10 +99,9 @@ def export_run(run_dir: Path, out: Path, *, formats: list[str] | tuple[str, ...]
     scratch = Path(out).parent if Path(out).parent.is_dir() else None
     with tempfile.TemporaryDirectory(prefix=".gguf-", dir=scratch) as tmp:
         base_gguf = shipped_gguf_path(entry, assemble_dir=Path(tmp))
-        from lcsb_core.export.base import BaseGGUF
-
+        base = BaseGGUF.open(base_gguf)
         template = training_template(model_dir if model_dir.is_dir() else None, data_format,
-                                     gguf_template=BaseGGUF.open(base_gguf).chat_template)
+                                     gguf_template=base.chat_template)
         return export_adapter(folder, Path(out), base_gguf=base_gguf, entry=entry, formats=formats,
                               chat_template=template, data_format=data_format, job_id=job_id,
-                              checkpoint_step=checkpoint_step)
+                              checkpoint_step=checkpoint_step, base=base)

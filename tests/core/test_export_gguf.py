@@ -361,3 +361,14 @@ def test_shipped_smollm2_gguf_holds_q_and_k_in_llama_cpp_row_order():
             if heads is not None:
                 np.testing.assert_array_equal(base.to_gguf_rows(name, hf), llama_permute(hf, heads))
                 assert np.abs(hf - shipped).max() > 0.5
+
+
+def test_fast_header_parse_reads_what_the_stock_reader_reads(base_path):
+    from lcsb_core.export.base import open_reader
+
+    fast, stock = open_reader(base_path), gguf.GGUFReader(base_path)
+    assert list(fast.fields) == list(stock.fields)
+    for name, field in stock.fields.items():
+        assert fast.fields[name].types == field.types and fast.fields[name].contents() == field.contents(), name
+    assert [(t.name, t.tensor_type, bytes(t.data)) for t in fast.tensors] == [
+        (t.name, t.tensor_type, bytes(t.data)) for t in stock.tensors]

@@ -45,11 +45,12 @@ def run_export(ctx: WorkerContext, export_id: str) -> str:
             folder = fetch_adapter(ctx.storage, key, Path(tmp) / "adapter")
             base = shipped_gguf_path(entry, assemble_dir=Path(tmp))
             cached = model_cache_dir() / entry.name
+            opened = BaseGGUF.open(base)
             template = training_template(cached if cached.is_dir() else None, data_format,
-                                         gguf_template=BaseGGUF.open(base).chat_template)
+                                         gguf_template=opened.chat_template)
             result = export_adapter(folder, Path(tmp) / "out", base_gguf=base, entry=entry, formats=formats,
                                     chat_template=template, data_format=data_format, job_id=job_id,
-                                    checkpoint_step=step)
+                                    checkpoint_step=step, base=opened)
             by_name = {f["file"]: f for f in result.manifest["files"]}
             files = []
             for path in [*result.files.values(), *result.extra]:

@@ -144,11 +144,28 @@ def _merge_tensor(base: BaseGGUF, name: str, module: LoraModule, qtypes: list[st
     return out
 
 
+def _ggml_type(qtype: str) -> Any:
+    import gguf
+
+    return gguf.GGMLQuantizationType[qtype]
+
+
+def _stored_layout(shape: tuple[int, int], qtype: str) -> tuple[tuple[int, ...], Any, int]:
+    """(the numpy shape, dtype and byte count) `_encode` gives a (rows, cols) tensor in `qtype`."""
+    import gguf
+
+    if qtype == "F16":
+        return shape, np.dtype(np.float16), shape[0] * shape[1] * 2
+    byte_shape = gguf.quants.quant_shape_to_byte_shape(shape, _ggml_type(qtype))
+    return byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape))
+
+
 def write_merged_ggufs(base: BaseGGUF, plan: dict[str, LoraModule], outs: dict[str, Path],
                        chat_template: str | None, *, threads: int = 2) -> dict[str, MergeReport]:
-    """`write_merged_gguf` for several types at once (qtype -> path): each adapted tensor is
-    de-quantized and given its delta once, then encoded per type, on `threads` threads (numpy's
-    kernels release the GIL). Holds the encoded adapted tensors of every type until they are written.
+    """`write_merged_gguf` for several types at once (qtype -> path), streamed: every file's header is
+    written first (the encoded sizes are known from the shapes), then tensor by tensor in the base's
+    order, each adapted tensor de-quantized and given its delta once and encoded per type (on `threads`
+    threads, a few tensors ahead: numpy's kernels release the GIL). Memory: a few tensors at a time.
 
     Raises:
         ExportError: a qtype is not one of `MERGE_TYPES`.
@@ -159,12 +176,8 @@ def write_merged_ggufs(base: BaseGGUF, plan: dict[str, LoraModule], outs: dict[s
     if bad:
         raise ExportError(f"merged GGUF type must be one of {', '.join(MERGE_TYPES)}, got {bad[0]!r}")
     qtypes = list(outs)
-    merged: dict[str, dict[str, tuple]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for name, result in zip(plan, pool.map(lambda n: _merge_tensor(base, n, plan[n], qtypes), plan), strict=True):
-            merged[name] = result
     reader = base.reader
-    reports = {}
+    writers = {}
     for qtype, out in outs.items():
         writer = gguf.GGUFWriter(str(out), base.arch, endianess=reader.endianess)
         for f in reader.fields.values():
@@ -177,21 +190,35 @@ def write_merged_ggufs(base: BaseGGUF, plan: dict[str, LoraModule], outs: dict[s
         if chat_template is not None:
             writer.add_chat_template(chat_template)
         for t in reader.tensors:
-            if t.name in merged:
-                data, ggml_type = merged[t.name][qtype][:2]
-                writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, ggml_type)
+            if t.name in plan:
+                shape, dtype, nbytes = _stored_layout(base.shape(t.name), qtype)
+                writer.add_tensor_info(t.name, shape, dtype, nbytes, _ggml_type(qtype))
             else:
                 writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for t in reader.tensors:
-            data = merged[t.name][qtype][0] if t.name in merged else t.data
-            writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+        writers[qtype] = writer
+    sums = {q: [0.0, 0.0, 0.0] for q in qtypes}  # |change - delta|^2, |delta|^2, <change, delta>
+    names = [t.name for t in reader.tensors]
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for i in range(0, len(names), 2 * max(1, threads)):
+            chunk = reader.tensors[i:i + 2 * max(1, threads)]
+            merged = pool.map(lambda t: _merge_tensor(base, t.name, plan[t.name], qtypes) if t.name in plan else None,
+                              chunk)
+            for t, result in zip(chunk, merged, strict=True):
+                for qtype, writer in writers.items():
+                    if result is None:
+                        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+                        continue
+                    data, _, err2, delta2, dot = result[qtype]
+                    writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+                    for k, v in enumerate((err2, delta2, dot)):
+                        sums[qtype][k] += v
+    reports = {}
+    for qtype, writer in writers.items():
         writer.close()
-        err2, delta2, dot = (sum(r[qtype][i] for r in merged.values()) for i in (2, 3, 4))
+        err2, delta2, dot = sums[qtype]
         kept, rel = (dot / delta2, math.sqrt(err2 / delta2)) if delta2 > 0 else (1.0, 0.0)
-        reports[qtype] = MergeReport(Path(out), qtype, kept, rel, len(plan))
-        for r in merged.values():  # this type's data is written: let it go
-            r[qtype] = (None, None, *r[qtype][2:])
+        reports[qtype] = MergeReport(Path(outs[qtype]), qtype, kept, rel, len(plan))
     return reports

@@ -8,10 +8,12 @@ cancel them, and download their outputs.
     lcsb jobs cancel ftjob-...
     lcsb jobs download ftjob-... --out out/ --what adapter,metrics
     lcsb jobs checkpoints ftjob-... [--download ftckpt-...|STEP]
+    lcsb jobs export ftjob-... --format adapter --format merged-f16 [--checkpoint STEP] --out gguf/
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -185,3 +187,43 @@ def checkpoints(job_id: JobId,
         with DownloadProgress(err) as progress:
             folder = download_checkpoint(svc, job_id, chosen, out or Path(job_id), progress.track)
     stdout.print(f"{folder}/", markup=False)
+
+
+@app.command("export")
+@reports_errors
+def export(job_id: JobId,
+           format_: Annotated[list[str] | None, typer.Option("--format", "-f", help="adapter, merged-f16, merged-q8_0, "
+                                                            "merged-q4_1 (repeat; default the first three)")] = None,
+           checkpoint: Annotated[int | None, typer.Option("--checkpoint", min=1,
+                                                          help="export this checkpoint step's adapter")] = None,
+           out: Annotated[Path | None, typer.Option("--out", "-o", file_okay=False,
+                                                    help="folder to write to (default ./<job id>-<export id>)")] = None,
+           wait_s: Annotated[float, typer.Option("--wait", min=1, help="seconds to wait for the worker")] = 900,
+           as_json: AsJson = False, base_url: BaseUrl = DEFAULT_BASE_URL, api_key: ApiKey = None) -> None:
+    """Export a succeeded job's adapter to GGUF (llama.cpp) and an Ollama Modelfile, wait for the worker,
+    and download the files."""
+    stdout, err = consoles()
+    with connect(base_url, api_key) as svc:
+        export = svc.create_export(job_id, format_ or None, checkpoint)
+        err.print(f"export {export['id']} queued", markup=False)
+        deadline = time.monotonic() + wait_s
+        while export["status"] in ("queued", "running"):
+            if time.monotonic() > deadline:
+                raise ClientError("timeout", f"export {export['id']} is still {export['status']} after {wait_s:.0f} s "
+                                  f"(GET .../exports/{export['id']} later)", "--wait")
+            time.sleep(1.0)
+            export = svc.get_export(job_id, export["id"])
+        if export["status"] != "succeeded":
+            error = export.get("error") or {}
+            raise ClientError(error.get("code") or "export_failed", error.get("message") or "the export failed", None)
+        folder = out or Path(f"{job_id}-{export['id']}")
+        with DownloadProgress(err) as progress:
+            for f in export["files"]:
+                svc.download(svc.job_path(job_id, "exports", export["id"], "files", f["name"]), folder / f["name"],
+                             progress.track(f["name"], f["bytes"]))
+    if as_json:
+        print_json(stdout, export)
+        return
+    for f in export["files"]:
+        kept = f"  effect kept {f['effect_kept']:.1%}" if f.get("effect_kept") is not None else ""
+        stdout.print(f"{folder / f['name']}{kept}", markup=False)

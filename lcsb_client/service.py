@@ -145,6 +145,22 @@ class Service:
         """The job's downloadable outputs (`name`, `kind`, `bytes`, ...); empty until it succeeded."""
         return self._get_json(self.job_path(job_id, "artifacts"))["data"]
 
+    def create_export(self, job_id: str, formats: list[str] | None, checkpoint_step: int | None) -> dict:
+        """POST `.../exports` (GGUF files for llama.cpp and Ollama); the queued export object."""
+        body: dict[str, Any] = {}
+        if formats:
+            body["formats"] = formats
+        if checkpoint_step is not None:
+            body["checkpoint_step"] = checkpoint_step
+        with self._calling():
+            r = self.http.post(self.job_path(job_id, "exports"), json=body)
+        if r.status_code != 200:
+            raise from_response(r)
+        return r.json()
+
+    def get_export(self, job_id: str, export_id: str) -> dict:
+        return self._get_json(self.job_path(job_id, "exports", export_id))
+
     def download(self, path: str, dest: Path, on_chunk: Callable[[int], None] | None = None) -> int:
         """Stream GET `path` (relative to the base URL) into `dest` (written as `dest.part`, then
         renamed); returns the byte count. `on_chunk(n)` is called per chunk received."""

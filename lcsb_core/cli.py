@@ -118,6 +118,32 @@ def import_gguf(name: str = typer.Argument("SmolLM2-135M-Instruct",
     console.print(f"model folder: {folder} ({time.perf_counter() - start:.0f} s)")
 
 
+@app.command("export")
+def export(run_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="a run folder (output_dir)"),
+           format_: list[str] = typer.Option([], "--format", "-f",
+                                             help="adapter, merged-f16, merged-q8_0, merged-q4_1 (repeat; default "
+                                                  "adapter, merged-f16, merged-q8_0)"),
+           checkpoint: int | None = typer.Option(None, "--checkpoint", help="export this checkpoint step's adapter"),
+           out: Path | None = typer.Option(None, "--out", "-o", file_okay=False,
+                                           help="folder to write (default <run_dir>/export)"),
+           data_format: str | None = typer.Option(None, "--data-format",
+                                                  help="chat, prompt_completion or text (default: read from the "
+                                                       "run's training file)")) -> None:
+    """Export a run's LoRA for llama.cpp and Ollama: adapter.gguf, merged GGUF files, Modelfile, README,
+    manifest (`lcsb_core.export`; no torch, nothing from a model hub)."""
+    from lcsb_core.export.run import export_run
+
+    try:
+        result = export_run(run_dir, out or run_dir / "export", formats=format_ or None, checkpoint_step=checkpoint,
+                            data_format=data_format)
+    except LCSBError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    for path in [*result.files.values(), *result.extra]:
+        print(path)
+    console.print(f"exported in {result.seconds:.1f} s", highlight=False)
+
+
 @app.command("estimate-memory")
 def estimate_memory(config: Path = typer.Argument(..., exists=True),
                     set_: list[str] = typer.Option([], "--set")) -> None:

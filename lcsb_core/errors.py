@@ -83,3 +83,14 @@ class CheckpointError(LCSBError):
     """A checkpoint cannot be resumed: an older layout, or tensors that do not match the model's."""
 
     code = "invalid_checkpoint"
+
+
+class ExportError(LCSBError, ValueError):
+    """An adapter cannot be exported to the requested format (`lcsb_core.export`); the message says
+    what the format cannot hold and why. `field` names the request field ("formats", "checkpoint")."""
+
+    code = "unsupported_export"
+
+    def __init__(self, message: str, *, field: str | None = "formats") -> None:
+        self.field = field
+        super().__init__(message)

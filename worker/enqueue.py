@@ -29,3 +29,7 @@ class CeleryEnqueuer:
     def enqueue(self, job_id: str, queue: str) -> None:
         self.app.send_task(TaskName.RUN_TRAINING_JOB.value, args=[job_id], queue=queue, retry=True,
                            retry_policy=SEND_RETRY)
+
+    def send(self, task: TaskName, object_id: str, queue: str) -> None:
+        """One `task` message (`TaskName.RUN_EXPORT`: an export id) on `queue` (`TaskSender`)."""
+        self.app.send_task(task.value, args=[object_id], queue=queue, retry=True, retry_policy=SEND_RETRY)

@@ -21,7 +21,8 @@ class CatalogEntry:
     `package` / `package_version`: the pinned PyPI distribution holding the GGUF file (for Gemma, a
     package that assembles the file from `part_packages`); `gguf_file`, `gguf_sha256`: the file and its
     SHA-256, checked before import; `hub_id`: what adapters name as their base; `context_length` in
-    tokens; `has_chat_template`: whether its tokenizer renders chat data (`messages`)."""
+    tokens; `has_chat_template`: whether its tokenizer renders chat data (`messages`);
+    `tied_embeddings`: the LM head is the input embedding matrix (one GGUF tensor, `token_embd`)."""
 
     name: str
     hub_id: str
@@ -37,6 +38,7 @@ class CatalogEntry:
     has_chat_template: bool
     license: str
     license_url: str
+    tied_embeddings: bool = True  # one tensor for input embeddings and LM head (both catalog models)
 
     @property
     def pip_requirements(self) -> list[str]:

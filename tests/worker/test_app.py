@@ -80,8 +80,8 @@ def test_worker_argv_takes_the_log_level_from_settings(tmp_path, monkeypatch):
 
 def test_a_worker_registers_its_kinds_tasks_by_name(tmp_path):
     """Every kind's folder has a task module registering exactly its `KIND_TASKS` plus the shared
-    sweeper task; the names are the ones on the wire before the enum existed."""
-    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap"]
+    sweeper task; the names are the ones on the wire before the enum existed (and the export task's)."""
+    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap", "lcsb.run_export"]
     for kind in WorkerKind:
         assert task_modules(kind) == ["worker.tasks", f"worker.{kind.value}.tasks"]
         app = create_app(Settings(data_dir=tmp_path), kind)

@@ -42,6 +42,7 @@
     if (j.finished_at) text += ` · finished ${LCSB.fmtTime(j.finished_at)}`;
     setText("job-progress-text", text);
     document.getElementById("cancel-button").hidden = TERMINAL.includes(j.status);
+    document.getElementById("export-button").hidden = j.status !== "succeeded";
     setText("hyperparameters", JSON.stringify(j.hyperparameters, null, 2));
     setText("method", JSON.stringify(j.method, null, 2));
     renderMemory(j);
@@ -130,6 +131,27 @@
     }
   }
 
+  /* GGUF exports (POST .../exports; the files are made by a worker): list them, poll the unfinished. */
+  async function loadExports() {
+    const r = await apiRetrying(base + "/exports", undefined, "exports");
+    if (!r.ok || !r.body.data.length) return;
+    document.getElementById("exports").replaceChildren(...r.body.data.map((x) => el("li", {},
+      el("span", {}, `${x.formats.join(", ")}: ${x.status}`),
+      ...(x.error ? [" ", el("span", { class: "muted" }, x.error.message)] : []),
+      ...x.files.map((f) => el("span", {}, " ", LCSB.downloadLink(f.download_url, f.name, f.name),
+        el("span", { class: "muted" }, ` ${fmtBytes(f.bytes)}` +
+          (f.effect_kept === null || f.effect_kept === undefined ? "" : `, effect kept ${(100 * f.effect_kept).toFixed(1)} %`)))))));
+    if (r.body.data.some((x) => !TERMINAL.includes(x.status))) setTimeout(loadExports, 2000);
+  }
+
+  function bindExport() {
+    document.getElementById("export-button").addEventListener("click", async () => {
+      const r = await LCSB.api(base + "/exports", { method: "POST", json: {} });
+      if (!r.ok) LCSB.alertBox("Export failed: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
+      loadExports();
+    });
+  }
+
   /* The job object every 2 s while it runs (each request retried as apiRetrying does). */
   async function poll() {
     if (stopped) return;
@@ -164,7 +186,9 @@
     heat.setShape(info ? info.num_layers : 0, (r.body.progress || {}).total_steps);
     renderJob(r.body);
     bindCancel();
+    bindExport();
     loadDownloads();
+    loadExports();
     if (!TERMINAL.includes(r.body.status)) setTimeout(poll, 2000);
     stream = LCSB.streamEvents(jobId, onEvent, async () => {
       const final = await apiRetrying(base, undefined, "job");

@@ -31,6 +31,14 @@ class Enqueuer(Protocol):
     def enqueue(self, job_id: str, queue: str) -> None: ...
 
 
+@runtime_checkable
+class TaskSender(Protocol):
+    """Sends one task by name with one id argument (`lcsb_service.tasks.TaskName`) to `queue`: what the
+    API uses for inference requests (`TaskName.GENERATE`). An enqueuer without it serves no chat."""
+
+    def send(self, task: str, arg: str, queue: str) -> None: ...
+
+
 class LoggingEnqueuer:
     """Logs the job and leaves it `queued` (an API without workers)."""
 
@@ -39,6 +47,9 @@ class LoggingEnqueuer:
 
     def enqueue(self, job_id: str, queue: str) -> None:
         log.info("job %s queued on %s (no worker enqueuer configured)", job_id, queue)
+
+    def send(self, task: str, arg: str, queue: str) -> None:
+        log.info("task %s(%s) on %s not sent (no worker enqueuer configured)", task, arg, queue)
 
 
 class RecordingEnqueuer:
@@ -49,6 +60,9 @@ class RecordingEnqueuer:
 
     def enqueue(self, job_id: str, queue: str) -> None:
         self.calls.append((job_id, queue))
+
+    def send(self, task: str, arg: str, queue: str) -> None:
+        self.calls.append((f"{task}:{arg}", queue))
 
 
 def load_enqueuer(settings: Settings) -> Enqueuer:

@@ -81,7 +81,7 @@ def test_worker_argv_takes_the_log_level_from_settings(tmp_path, monkeypatch):
 def test_a_worker_registers_its_kinds_tasks_by_name(tmp_path):
     """Every kind's folder has a task module registering exactly its `KIND_TASKS` plus the shared
     sweeper task; the names are the ones on the wire before the enum existed."""
-    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap"]
+    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap", "lcsb.generate"]
     for kind in WorkerKind:
         assert task_modules(kind) == ["worker.tasks", f"worker.{kind.value}.tasks"]
         app = create_app(Settings(data_dir=tmp_path), kind)
@@ -101,6 +101,7 @@ def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, caps
     module = importlib.reload(worker.main)
     assert module.parse_kind(["--kind", "training", "--without-mingle"]) == (WorkerKind.TRAINING, ["--without-mingle"])
     assert module.parse_kind([]) == (WorkerKind.TRAINING, [])
+    assert module.parse_kind(["--kind", "inference"]) == (WorkerKind.INFERENCE, [])
     with pytest.raises(SystemExit):
-        module.parse_kind(["--kind", "inference"])
-    assert "invalid choice: 'inference' (choose from 'training')" in capsys.readouterr().err
+        module.parse_kind(["--kind", "export"])
+    assert "invalid choice: 'export' (choose from 'training', 'inference')" in capsys.readouterr().err

@@ -78,8 +78,10 @@ def test_a_job_and_its_checkpoint_answer_with_their_own_adapters(world, trained)
     answers = {m: chat_text(oa, m, messages=ask, temperature=0, max_tokens=10)
                for m in (SMOL, trained.ft, trained.ckpts[0])}
     assert len(set(answers.values())) == 3, answers
+    loads = re.findall(r"loaded (\d+) so far", world.inference.text())
     again = chat_text(oa, trained.ft, messages=ask, temperature=0, max_tokens=10)
-    assert again == answers[trained.ft]   # the adapter cache serves it again, the same
+    assert again == answers[trained.ft]   # the adapter cache serves it again, the same, without reloading it
+    assert re.findall(r"loaded (\d+) so far", world.inference.text())[-1] == loads[-1]
     ids = [m.id for m in oa.models.list()]
     assert SMOL in ids and trained.ft in ids and set(trained.ckpts) <= set(ids)
     got = oa.models.retrieve(trained.ckpts[0])
@@ -201,3 +203,26 @@ def test_past_the_queue_limit_a_fast_503(world, smol):
 def test_the_api_imports_no_torch(world):
     maps = open(f"/proc/{world.api_pid}/maps").read()
     assert "libtorch" not in maps and "torch/lib" not in maps
+
+
+def test_lcsb_chat_streams_plain_lines_when_piped(world):
+    import os
+    import subprocess
+    import sys
+
+    from tests.serving.conftest import ROOT
+
+    env = {**os.environ, "LCSB_BASE_URL": f"{world.url}/v1", "LCSB_API_KEY": world.alice.key}
+    run = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", SMOL, "--message", ASK[0]["content"],
+                          "--temperature", "0", "--max-tokens", "8"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    expected = chat_text(world.oa(world.alice), SMOL, temperature=0, max_completion_tokens=8)
+    assert run.stdout == expected.replace("\n", " ") + "\n"
+    piped = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", SMOL, "--temperature", "0",
+                            "--max-tokens", "4"], cwd=ROOT, env=env, input="Hi\n\nWhat is 3+3?\n",
+                           capture_output=True, text=True, timeout=180)
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 2 and "you>" not in piped.stdout + piped.stderr
+    missing = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", "ft:nope", "-m", "hi"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "model_not_found" in missing.stderr

@@ -152,7 +152,7 @@ async def _events(head: dict, kind: str, prompt_tokens: int, records: AsyncGener
                   release: Any) -> AsyncIterator[bytes]:
     base = {**head, "object": _OBJECTS[kind][1]}
     extra = {"usage": None} if include_usage else {}
-    finished = False
+    finished = False   # the worker's `end` arrived; otherwise it is told to stop
     try:
         if kind == "chat":
             yield _sse({**base, "choices": [_choice(kind, text=None, finish=None, first=True)], **extra})
@@ -162,7 +162,6 @@ async def _events(head: dict, kind: str, prompt_tokens: int, records: AsyncGener
                     yield _sse({**base, "choices": [_choice(kind, text=record["text"], finish=None)], **extra})
                 elif record["t"] == "error":
                     yield _sse_error(str(record.get("message")), record.get("code"), int(record.get("status") or 500))
-                    finished = True
                     return
                 elif record["t"] == "end":
                     yield _sse({**base, "choices": [_choice(kind, text=None, finish=record["finish_reason"])], **extra})
@@ -173,7 +172,6 @@ async def _events(head: dict, kind: str, prompt_tokens: int, records: AsyncGener
                     return
         except StreamTimeout:
             yield _sse_error("the inference worker stopped answering", "generation_failed")
-            finished = True
     finally:
         with anyio.CancelScope(shield=True):
             await records.aclose()

@@ -287,7 +287,7 @@ class InferenceEngine:
         sample = params.temperature > 0
         config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=sample,
                                   temperature=params.temperature if sample else None,
-                                  top_p=params.top_p if sample else None, top_k=0,
+                                  top_p=params.top_p if sample else None, top_k=0 if sample else None,
                                   eos_token_id=sorted(self.end_token_ids),
                                   pad_token_id=self.tokenizer.pad_token_id, use_cache=True)
         if params.seed is not None:

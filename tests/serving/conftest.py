@@ -1,4 +1,4 @@
-"""Fixtures of the serving tests: one world per module with real PostgreSQL and Redis (the worker
+"""Fixtures of the serving tests: one world for the package with real PostgreSQL and Redis (the worker
 tests' fixtures), the API under uvicorn, a training worker that trains one short real SmolLM2 job,
 and an inference worker process (`python -m worker --kind inference`) serving the real SmolLM2 base.
 
@@ -95,12 +95,12 @@ class World:
                       **kw)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def smol() -> Path:
     return ensure_default_model()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def world(make_settings, smol, tmp_path_factory) -> Iterator[World]:  # noqa: F811 - the worker tests' fixture
     """The API (uvicorn, Celery enqueuer) and an inference worker on this session's PostgreSQL and Redis."""
     logs = tmp_path_factory.mktemp("serving-logs")
@@ -129,7 +129,7 @@ class Trained:
 JOB_BOUND_S = 600.0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def trained(world, smol, tmp_path_factory) -> Iterator[Trained]:
     """One short real SmolLM2 job of alice's (fp32, rank 8, 4 steps at a high learning rate, a checkpoint
     every 2 steps), trained by a training worker process, so its adapters answer visibly unlike the base."""

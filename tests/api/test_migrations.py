@@ -8,7 +8,8 @@ from alembic.config import Config
 
 from tests.api.conftest import ROOT, migrate
 
-TABLES = {"owners", "api_keys", "files", "jobs", "job_events", "checkpoints", "artifacts", "alembic_version"}
+TABLES = {"owners", "api_keys", "files", "jobs", "job_events", "checkpoints", "artifacts", "deleted_models",
+          "alembic_version"}
 
 
 def _config(url: str) -> Config:

@@ -45,10 +45,11 @@ def test_the_playground_streams_both_answers_side_by_side(ui, world, trained):
     assert "completion tokens" in ui.text("#pane-tuned .pane-usage") and ui.text("#pane-base .pane-model") == \
         "SmolLM2-135M-Instruct"
     ui.screenshot("playground")
-    ui.find("#play-temperature").clear()
-    ui.find("#play-temperature").send_keys("3")   # a 400 from the API: shown as an error in both panes
+    ui.find("#play-max-tokens").clear()
+    ui.find("#play-max-tokens").send_keys("100000")   # over the service's cap: a 400, shown in both panes
     send(ui, "Hi")
-    assert "temperature" in ui.text("#pane-tuned .pane-error") and "temperature" in ui.text("#pane-base .pane-error")
+    for pane in ("tuned", "base"):
+        assert "max_completion_tokens" in ui.text(f"#pane-{pane} .pane-error")
     assert not [e for e in ui.console_errors() if "Failed to load resource" not in e]   # the 400s are logged
     ui.assert_no_dialog()
 

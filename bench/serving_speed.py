@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.common.results import write_result
 from lcsb_core.inference import InferenceEngine, SamplingParams
 from lcsb_core.models.gguf_import import ensure_default_model

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     (default: the command line's)."""
     kind, rest = parse_kind(sys.argv[1:] if argv is None else argv)
     app.conf.include = task_modules(kind)  # read when the worker starts and imports its task modules
+    app.lcsb_kind = kind
     if kind == WorkerKind.INFERENCE:
         cap_inference_worker()
     app.worker_main(worker_argv(rest, kind))
@@ -70,6 +71,7 @@ def cap_inference_worker() -> None:
                        address_space_slack_mib=settings.address_space_slack_mib)
     try:
         enter_cage(cage.to_spec())
+        app.lcsb_cap = f"{cage.cap_mib} MiB by {cage.describe()}"   # logged when the worker is ready
     except OSError as exc:
         logging.getLogger(__name__).warning("cannot cap the inference worker's memory (%s)", exc)
-    logging.getLogger(__name__).info("inference worker capped at %d MiB by %s", cage.cap_mib, cage.describe())
+        app.lcsb_cap = f"not capped ({exc})"

@@ -226,3 +226,13 @@ def test_lcsb_chat_streams_plain_lines_when_piped(world):
     missing = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", "ft:nope", "-m", "hi"], cwd=ROOT,
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "model_not_found" in missing.stderr
+
+
+def test_the_inference_worker_caps_its_own_memory(world):
+    pid = world.inference.proc.pid
+    assert re.search(r"LCSB worker ready: inference queue inference-\w+, process memory 4096 MiB by ",
+                     world.inference.text())
+    cgroup = open(f"/proc/{pid}/cgroup").read()
+    limits = open(f"/proc/{pid}/limits").read()
+    address_space = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+    assert f"lcsb-{pid}-inference" in cgroup or "unlimited" not in address_space, (cgroup, address_space)

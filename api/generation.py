@@ -119,8 +119,28 @@ async def answer(app: FastAPI, payload: GenerationRequest, *, stream: bool, incl
         finally:
             await records.aclose()
             release(cancel=False)
-    return StreamingResponse(_events(head, kind, first["prompt_tokens"], records, include_usage, release),
-                             media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return _GenerationStream(_events(head, kind, first["prompt_tokens"], records, include_usage, release), records,
+                             release)
+
+
+class _GenerationStream(StreamingResponse):
+    """Server-sent events that give the in-flight slot back (and stop the worker) even when the client
+    went away before the first chunk was sent, when the event generator never ran."""
+
+    def __init__(self, content: AsyncIterator[bytes], records: AsyncGenerator[dict, None], release: Any) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._records, self._release = records, release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                closing = getattr(self.body_iterator, "aclose", None)
+                if closing is not None:
+                    await closing()   # the events' own cleanup, when the send failed mid-stream
+                await self._records.aclose()   # a no-op when the events closed it
+            self._release(cancel=True)   # a no-op when the stream already ended and released
 
 
 async def _whole(head: dict, kind: str, prompt_tokens: int, records: AsyncGenerator[dict, None]) -> JSONResponse:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import threading
 import time
@@ -60,17 +61,19 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
 
 
 def adapter_folder(ctx: WorkerContext, key: str) -> Path:
-    """The extracted adapter of the archive stored under `key` (extracted once per machine)."""
+    """The extracted adapter of the archive stored under `key`, extracted once per machine: into a
+    temporary folder renamed into place (atomic; when another worker was first, its copy is used)."""
     root = ctx.settings.data_dir.resolve() / "inference-adapters" / hashlib.sha256(key.encode()).hexdigest()[:32]
-    done = root / "ready"
-    if not done.is_file():
-        tmp = root.with_name(root.name + f".tmp-{threading.get_ident()}")
+    if not (root / "ready").is_file():
+        tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         folder = fetch_adapter(ctx.storage, key, tmp)
-        shutil.rmtree(root, ignore_errors=True)
-        tmp.rename(root)
-        (root / "ready").write_text(folder.name)
-    return root / done.read_text()
+        (tmp / "ready").write_text(folder.name)
+        try:
+            tmp.rename(root)
+        except OSError:   # another worker renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / (root / "ready").read_text()
 
 
 def _error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:

@@ -6,7 +6,9 @@ default (uvicorn API + `python -m worker --kind inference`, SQLite, filesystem b
 streams; the official `openai` client streaming chat completions of the base model).
 
     .venv/bin/python bench/serving_speed.py --threads 2 --tokens 128 --rounds 3 --out bench/results/serving_speed.json
-    .venv/bin/python bench/serving_speed.py --threads 1 --tokens 16 --rounds 1 --no-service    # smoke
+    .venv/bin/python bench/serving_speed.py --threads 1 --tokens 16 --rounds 1 --parts engine    # smoke
+    .venv/bin/python bench/serving_speed.py --parts llama-cpp     # llama.cpp on the base GGUF, if installed
+    .venv/bin/python bench/serving_speed.py --parts compare --tokens 32 --rounds 5   # interleaved side by side
 
 TTFT "cold" is the first request for the adapter (read from disk and attached to the loaded base);
 "cached" the later ones. Decode tokens/s = (tokens - 1) / (time of the last piece - time of the first).
@@ -135,21 +137,100 @@ def service_numbers(base: Path, tokens: int, rounds: int, threads: int) -> dict:
         log.close()
 
 
+def llama_cpp_numbers(tokens: int, rounds: int, threads: int) -> dict:
+    """llama.cpp (`llama-cpp-python`, when installed) on the catalog's base GGUF (Q4_1, no adapter): the
+    same 100-token prompt, greedy, `threads` threads; its own prompt cache off, so each round prefills."""
+    from llama_cpp import Llama
+
+    from lcsb_core.models.gguf_import import shipped_gguf_path
+
+    llm = Llama(model_path=str(shipped_gguf_path()), n_threads=threads, n_ctx=1024, verbose=False)
+    ids = llm.tokenize(PROMPT.encode())[:100]
+    ttfts, rates = [], []
+    for i in range(rounds + 1):
+        llm.reset()
+        t0, first, last, n = time.perf_counter(), 0.0, 0.0, 0
+        for _ in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            last = time.perf_counter()
+            first = first or last
+            n += 1
+            if n >= tokens:
+                break
+        if i:
+            ttfts.append(first - t0)
+            rates.append((n - 1) / (last - first))
+    return {"llama_cpp_ttft_base_s": statistics.median(ttfts),
+            "llama_cpp_decode_tokens_per_s": statistics.median(rates)}
+
+
+def compare_numbers(adapter: Path, tokens: int, rounds: int, threads: int) -> dict:
+    """Decode tokens/s of the fp32 base alone, with the LoRA unmerged (what the worker serves), with the
+    LoRA merged into a copy, and of llama.cpp on the base GGUF: interleaved round by round, so a shared
+    machine's load falls on all alike. Medians over `rounds`."""
+    import copy
+
+    from peft import PeftModel
+
+    from lcsb_core.inference import Generation
+
+    base_path = ensure_default_model()
+    engine = InferenceEngine(base_path)
+    ids = prompt_ids(engine)
+    params = SamplingParams(max_new_tokens=tokens, temperature=0)
+    merged = PeftModel.from_pretrained(copy.deepcopy(engine.base), str(adapter)).merge_and_unload().eval()
+    runs: dict[str, Any] = {"base": lambda: engine.stream(ids, None, params),
+                            "lora_unmerged": lambda: engine.stream(ids, adapter, params),
+                            "lora_merged": lambda: Generation(engine, merged, ids, params, lambda: False)}
+    try:
+        from llama_cpp import Llama
+
+        from lcsb_core.models.gguf_import import shipped_gguf_path
+
+        llm = Llama(model_path=str(shipped_gguf_path()), n_threads=threads, n_ctx=1024, verbose=False)
+        gguf_ids = llm.tokenize(PROMPT.encode())[:100]
+
+        def llama() -> Any:
+            llm.reset()
+            for n, tok in enumerate(llm.generate(gguf_ids, temp=0.0, top_k=1, reset=True), 1):
+                yield tok
+                if n >= tokens:
+                    return
+        runs["llama_cpp_q4_1_base"] = llama
+    except ImportError:
+        pass
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    for i in range(rounds + 1):
+        for name, make in runs.items():
+            _, rest, n = timed_stream(make())
+            if i:
+                rates[name].append((n - 1) / rest)
+    return {f"compare_{k}_tokens_per_s": statistics.median(v) for k, v in rates.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-service", action="store_true", help="the engine only")
+    ap.add_argument("--parts", default="engine,service",
+                    help="of engine, service, compare, llama-cpp (comma-separated)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/scratch/serving_speed.json"))
     args = ap.parse_args()
     started = datetime.now(UTC)
     torch.set_num_threads(args.threads)
     base = ensure_default_model()
-    with tempfile.TemporaryDirectory() as tmp:
-        result = engine_numbers(base, make_adapter(base, Path(tmp) / "adapter"), args.tokens, args.rounds)
-    if not args.no_service:
+    parts, result = set(args.parts.split(",")), {}
+    if "engine" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            result.update(engine_numbers(base, make_adapter(base, Path(tmp) / "adapter"), args.tokens, args.rounds))
+    if "service" in parts:
         result.update(service_numbers(base, args.tokens, args.rounds, args.threads))
+    if "compare" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            result.update(compare_numbers(make_adapter(base, Path(tmp) / "adapter"), args.tokens, args.rounds,
+                                          args.threads))
+    if "llama-cpp" in parts:
+        result.update(llama_cpp_numbers(args.tokens, args.rounds, args.threads))
     for k, v in result.items():
         print(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
     write_result(args.out, result, vars(args) | {"out": str(args.out)}, started=started)

@@ -75,13 +75,22 @@ def test_completions_streamed_and_not(world):
 def test_a_job_and_its_checkpoint_answer_with_their_own_adapters(world, trained):
     oa = world.oa(world.alice)
     ask = [{"role": "user", "content": "What is 7 plus 7?"}]
+
+    def loads(model: str, times: int) -> list[str]:
+        """The worker's count of adapters loaded after each request on `model` (waits for `times` log lines)."""
+        deadline = time.monotonic() + 30
+        pattern = re.escape(f" on {model}: ") + r".*loaded (\d+) so far"
+        while len(found := re.findall(pattern, world.inference.text())) < times:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        return found
+
     answers = {m: chat_text(oa, m, messages=ask, temperature=0, max_tokens=10)
                for m in (SMOL, trained.ft, trained.ckpts[0])}
     assert len(set(answers.values())) == 3, answers
-    loads = re.findall(r"loaded (\d+) so far", world.inference.text())
     again = chat_text(oa, trained.ft, messages=ask, temperature=0, max_tokens=10)
     assert again == answers[trained.ft]   # the adapter cache serves it again, the same, without reloading it
-    assert re.findall(r"loaded (\d+) so far", world.inference.text())[-1] == loads[-1]
+    assert loads(trained.ft, 2)[-1] == loads(trained.ckpts[0], 1)[-1]
     ids = [m.id for m in oa.models.list()]
     assert SMOL in ids and trained.ft in ids and set(trained.ckpts) <= set(ids)
     got = oa.models.retrieve(trained.ckpts[0])

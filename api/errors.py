@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.body_errors import BODY_CODE, body_message, parse_failure_message
 from api.schemas.fields import request_field_paths
 from lcsb_core.data.formats import json_type
-from lcsb_service.errors import ServiceError
+from lcsb_service.errors import Overloaded, ServiceError
 
 log = logging.getLogger(__name__)
 _VALIDATION_CODES = {"missing": "missing_required_parameter", "extra_forbidden": "unknown_parameter"}
@@ -34,6 +35,8 @@ def error_response(status: int, message: str, *, type: str, code: str | None, pa
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)  # registered for ServiceError only
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if isinstance(exc, Overloaded):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
     return error_response(exc.status, exc.message, type=exc.type, code=exc.code, param=exc.param, headers=headers)
 
 

@@ -36,7 +36,7 @@ from api.admission import AdmissionLimit
 from api.body_errors import strict_json_body
 from api.metrics import MetricsMiddleware, ServiceMetrics
 from api.query import reject_unknown_query
-from api.routes import estimate, events, exports, files, health, jobs, models, outputs
+from api.routes import chat, estimate, events, exports, files, health, jobs, models, outputs
 from api.schemas.common import errors as errors_of
 from lcsb_service.db import Database
 from lcsb_service.enqueue import Enqueuer, load_enqueuer
@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, *, enqueuer: Enqueuer | None = 
     known_query = [Depends(reject_unknown_query), Depends(strict_json_body)]
     app.include_router(files.router, max_body_size=settings.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
                        dependencies=known_query, responses=errors_of(400))
-    for module in (estimate, jobs, events, outputs, exports, models):
+    for module in (estimate, jobs, events, outputs, exports, models, chat):
         app.include_router(module.router, dependencies=known_query, responses=errors_of(400))
     app.include_router(health.router)
     ui.install(app)  # the dashboard under /ui: pages that call these /v1 routes

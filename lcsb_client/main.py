@@ -4,6 +4,7 @@ installed.
 
     lcsb files upload train.jsonl                        # the service (LCSB_BASE_URL, LCSB_API_KEY)
     lcsb jobs submit job.yaml --follow
+    lcsb chat ft:SmolLM2-135M-Instruct:alice::ftjob-... --message "Hi"   # streamed answer
     lcsb train examples/gsm8k_lcsb.yaml                  # local training (needs the `train` extra)
     python -m lcsb_client.main --help
 
@@ -20,7 +21,7 @@ import sys
 
 import typer
 
-from lcsb_client import files_cli, jobs_cli
+from lcsb_client import chat_cli, files_cli, jobs_cli
 
 CORE_COMMANDS = ("train", "import-gguf", "export", "estimate-memory", "gsm8k-to-chat")
 CORE_MODULES = ("torch", "transformers", "peft")   # what the `train` extra brings
@@ -28,9 +29,10 @@ INSTALL_CORE = 'pip install "lcsb-service[train]"'
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="LCSB: LoRA fine-tuning with layer-cyclic selective backprop, locally (train, ...) "
-                       "or on the fine-tuning service (files, jobs).")
+                       "or on the fine-tuning service (files, jobs, chat).")
 app.add_typer(files_cli.app, name="files")
 app.add_typer(jobs_cli.app, name="jobs")
+app.command("chat")(chat_cli.chat)
 
 
 def core_installed() -> bool:

@@ -91,6 +91,16 @@ class Service:
         with self._calling(), open(path, "rb") as fh:
             return _dict(self.openai.files.create(file=(name, fh), purpose="fine-tune"))
 
+    def chat_stream(self, model: str, messages: list[dict], **params: Any) -> Iterator[str]:
+        """The answer's text pieces as the service makes them (`/v1/chat/completions`, streamed);
+        `params`: temperature, max_completion_tokens, seed, ... (left out when None)."""
+        given = {k: v for k, v in params.items() if v is not None}
+        create: Any = self.openai.chat.completions.create   # its overloads do not take **params
+        with self._calling():
+            for chunk in create(model=model, messages=messages, stream=True, **given):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    yield chunk.choices[0].delta.content
+
     def get_file(self, file_id: str) -> dict:
         with self._calling():
             return _dict(self.openai.files.retrieve(file_id))

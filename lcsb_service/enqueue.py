@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 
 from lcsb_service.db import after_commit
 from lcsb_service.settings import Settings
-from lcsb_service.tasks import TaskName
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +33,12 @@ class Enqueuer(Protocol):
 
 @runtime_checkable
 class TaskSender(Protocol):
-    """Sends another task than a training job (`TaskName.RUN_EXPORT`) with one object id to `queue`
-    (the receiving task must make a repeated delivery a no-op)."""
+    """Sends one task by name with one id argument (`lcsb_service.tasks.TaskName`) to `queue`: what the
+    API uses for job exports (`TaskName.RUN_EXPORT`, an export id; the receiving task makes a repeated
+    delivery a no-op) and inference requests (`TaskName.GENERATE`, a request id). An enqueuer without
+    it serves no chat and no export."""
 
-    def send(self, task: TaskName, object_id: str, queue: str) -> None: ...
+    def send(self, task: str, arg: str, queue: str) -> None: ...
 
 
 class LoggingEnqueuer:
@@ -49,8 +50,8 @@ class LoggingEnqueuer:
     def enqueue(self, job_id: str, queue: str) -> None:
         log.info("job %s queued on %s (no worker enqueuer configured)", job_id, queue)
 
-    def send(self, task: TaskName, object_id: str, queue: str) -> None:
-        log.info("%s %s queued on %s (no worker enqueuer configured)", task.value, object_id, queue)
+    def send(self, task: str, arg: str, queue: str) -> None:
+        log.info("task %s(%s) on %s not sent (no worker enqueuer configured)", task, arg, queue)
 
 
 class RecordingEnqueuer:
@@ -63,8 +64,9 @@ class RecordingEnqueuer:
     def enqueue(self, job_id: str, queue: str) -> None:
         self.calls.append((job_id, queue))
 
-    def send(self, task: TaskName, object_id: str, queue: str) -> None:
-        self.sent.append((task.value, object_id, queue))
+    def send(self, task: str, arg: str, queue: str) -> None:
+        self.sent.append((str(task), arg, queue))
+        self.calls.append((f"{task}:{arg}", queue))
 
 
 def load_enqueuer(settings: Settings) -> Enqueuer:

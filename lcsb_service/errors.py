@@ -59,3 +59,14 @@ class Unprocessable(ServiceError):
     """The request is valid but cannot be served, e.g. no worker class can hold the job (422)."""
 
     status, type, code = 422, "invalid_request_error", "unprocessable"
+
+
+class Overloaded(ServiceError):
+    """Too much work in flight, or no worker took it in time: try again after `retry_after_s` (503,
+    sent as `Retry-After`)."""
+
+    status, type, code = 503, "server_error", "server_overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s

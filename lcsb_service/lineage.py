@@ -6,7 +6,7 @@ a succeeded job's `fine_tuned_model`) or checkpoints (`...:ckpt-step-N`, a `fine
 
 Found by exact lookup with tenancy: the job id at the end of the name is looked up among the owner's jobs
 and the whole name must be that job's (its `fine_tuned_model`, or the name a checkpoint row records). An
-unknown or another owner's name is 404 `model_not_found`, never a fallback. A job that has not
+unknown, deleted or another owner's name is 404 `model_not_found`, never a fallback. A job that has not
 succeeded is 409 `model_not_ready`, its published checkpoints too: a running job's checkpoints are
 not its result yet, and a failed or cancelled job's are what the issue asks to refuse (issue 34).
 
@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from lcsb_service.errors import Conflict, InvalidRequest, NotFound
 from lcsb_service.jobspec import fine_tuned_model_name
-from lcsb_service.models import Artifact, Checkpoint, Job, Owner
+from lcsb_service.models import Artifact, Checkpoint, DeletedModel, Job, Owner
 from lcsb_service.status import JobStatus
 
 FT_PREFIX = "ft:"
@@ -72,7 +72,7 @@ def find_parent(session: Session, owner_id: str, model_id: str) -> Parent | None
     if not model_id.startswith(FT_PREFIX):
         return None
     match = _NAME.fullmatch(model_id)
-    if match is None:
+    if match is None or is_deleted(session, owner_id, model_id):
         raise _not_found(model_id)
     found = session.execute(select(Job, Owner.name).join(Owner, Owner.id == Job.owner_id)
                             .where(Job.id == match["job"], Job.owner_id == owner_id)).first()
@@ -99,6 +99,11 @@ def find_parent(session: Session, owner_id: str, model_id: str) -> Parent | None
         raise Conflict(f"model {model_id!r}: job {job.id} has no adapter to continue from", code="model_not_ready",
                        param="model")
     return Parent(model_id, job.id, job.model, dict(job.train_config), None, key)
+
+
+def is_deleted(session: Session, owner_id: str, model_id: str) -> bool:
+    """Whether the owner deleted the model `model_id` (`DELETE /v1/models/{id}`)."""
+    return session.get(DeletedModel, (model_id, owner_id)) is not None
 
 
 def _require_succeeded(job: Job, model_id: str) -> None:

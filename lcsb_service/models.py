@@ -183,3 +183,14 @@ class JobExport(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
     __table_args__ = (Index("ix_job_exports_job_created", "job_id", "created_at"),)
+
+
+class DeletedModel(Base):
+    """A fine-tuned model or checkpoint id its owner deleted (`DELETE /v1/models/{id}`): served and
+    continued from no more (404), while its job and artifacts stay."""
+
+    __tablename__ = "deleted_models"
+    model_id: Mapped[str] = mapped_column(String(400), primary_key=True)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("owners.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    deleted_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -118,6 +118,23 @@ class Settings(BaseSettings):
     # Uploads are written under a temporary name and renamed when complete; temporary objects not
     # written for `stale_upload_after_s`, and stored uploads with no row, are removed at API start.
     stale_upload_after_s: float = Field(default=600.0, ge=0)
+    # Serving (`/v1/chat/completions`, `/v1/completions`; `python -m worker --kind inference`, docs/inference.md).
+    # Inference workers consume `inference_queue`, cap their own process at `inference_memory_mib`, and
+    # keep at most `inference_adapter_cache_count` adapters of at most `inference_adapter_cache_mib` MiB
+    # in all beside one base per model in `inference_precision` (fp32: measured fastest on CPU, BENCHMARKS.md).
+    # The API answers 400 past `inference_max_new_tokens` and 503 `server_overloaded` (Retry-After
+    # `api_retry_after_s`) while `inference_max_pending` of its requests are in flight; a request no
+    # worker starts within `inference_start_timeout_s` is 503 too.
+    inference_queue: str = Field(default="lcsb-inference", min_length=1, max_length=100)
+    inference_device: Literal["cpu", "cuda"] = "cpu"
+    inference_memory_mib: int = Field(default=4096, gt=0)
+    inference_precision: Literal["fp32", "bf16"] = "fp32"
+    inference_adapter_cache_count: int = Field(default=8, ge=1)
+    inference_adapter_cache_mib: int = Field(default=512, ge=1)
+    inference_max_new_tokens: int = Field(default=512, ge=1)
+    inference_max_pending: int = Field(default=16, ge=0)
+    inference_start_timeout_s: float = Field(default=120.0, gt=0)
+    inference_stream_ttl_s: float = Field(default=600.0, gt=0)   # a request's payload and stream expire
     broker_visibility_timeout_s: float | None = None        # default: job_time_limit_s + grace + 1 h
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)  # merged into Celery's
 

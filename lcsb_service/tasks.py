@@ -4,8 +4,12 @@
     TaskName.SWEEP               "lcsb.reap"     ()        one sweeper pass (`lcsb_service.sweeper`)
     TaskName.RUN_EXPORT          "lcsb.run_export" (export_id)  make one job export's GGUF files
                                                    (`worker.training.export`; torch-free, sent to the job's queue)
+    TaskName.GENERATE            "lcsb.generate" (request_id)  answer one chat/completions request
+                                                 (`lcsb_service.streams`: its payload and token stream)
 
     WorkerKind.TRAINING          `python -m worker --kind training` (the default): `worker/training/`
+    WorkerKind.INFERENCE         `python -m worker --kind inference`: `worker/inference/`, on
+                                 `Settings.inference_queue`
 
 The names on the wire are unchanged from before this list existed (messages already queued still
 match). A task's arguments are ids only (JSON). Queue names are not fixed here: each worker class of
@@ -24,14 +28,17 @@ class TaskName(StrEnum):
     RUN_TRAINING_JOB = "lcsb.run_job"
     SWEEP = "lcsb.reap"
     RUN_EXPORT = "lcsb.run_export"
+    GENERATE = "lcsb.generate"
 
 
 class WorkerKind(StrEnum):
     """A kind of worker: a folder under `worker/` with its own task module (`worker.<kind>.tasks`)."""
 
     TRAINING = "training"
+    INFERENCE = "inference"
 
 
 # The tasks each kind of worker serves (besides the shared sweeper task, which every worker registers).
 KIND_TASKS: dict[WorkerKind, tuple[TaskName, ...]] = {
-    WorkerKind.TRAINING: (TaskName.RUN_TRAINING_JOB, TaskName.RUN_EXPORT)}
+    WorkerKind.TRAINING: (TaskName.RUN_TRAINING_JOB, TaskName.RUN_EXPORT),
+    WorkerKind.INFERENCE: (TaskName.GENERATE,)}

@@ -4,7 +4,8 @@
 # folder, all under runs/service/), submit a real fine-tuning job over REST (SmolLM2-135M-Instruct in
 # 4-bit NF4, the default schedule topfull: the top quarter of the layers per step, all of them every
 # 4th step; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
-# the adapter and the selection history, print the result beside full backprop's recorded reference.
+# the adapter and the selection history, print the result beside full backprop's recorded reference,
+# then ask the fine-tuned model and its base one held-out GSM8K question (`lcsb chat`, an inference worker).
 # Everything it starts is stopped on exit; each run starts from an empty runs/service/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ export LCSB_API_KEY=$(.venv/bin/python -m lcsb_service.keys create --owner demo 
 .venv/bin/uvicorn --factory api.main:create_app --host 127.0.0.1 --port "$PORT" >runs/service/api.log 2>&1 &
 pids+=($!)
 .venv/bin/python -m worker --kind training >runs/service/worker.log 2>&1 &
+pids+=($!)
+.venv/bin/python -m worker --kind inference >runs/service/inference.log 2>&1 &   # chat (docs/inference.md)
 pids+=($!)
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 1; done
 curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "API did not start; see runs/service/api.log"; exit 1; }
@@ -64,3 +67,13 @@ print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}, peak {ref['pe
 print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "
       "runs/main-job/metrics.csv, runs/main-job/plots/")
 PY
+
+# One held-out GSM8K question to the fine-tuned model and to its base (greedy, streamed by an inference worker)
+read -r ft base < <(.venv/bin/lcsb jobs get "$job" --json | .venv/bin/python -c \
+  "import json,sys; j=json.load(sys.stdin); print(j['fine_tuned_model'], j['model'])")
+question=$(.venv/bin/python -c "import json; print(json.loads(open('runs/data/gsm8k_test64.jsonl').readline())['messages'][0]['content'])")
+printf '\nGSM8K test question 1: %s\n' "$question"
+printf '\nfine-tuned (%s):\n' "$ft"
+.venv/bin/lcsb chat "$ft" --message "$question" --temperature 0 --max-tokens 256
+printf '\nbase (%s):\n' "$base"
+.venv/bin/lcsb chat "$base" --message "$question" --temperature 0 --max-tokens 256

@@ -30,6 +30,9 @@ from lcsb_service.settings import Settings
 from lcsb_service.tasks import TaskName, WorkerKind
 
 SHARED_TASKS = "worker.tasks"   # the sweeper task and the start-up hook, registered by every kind
+# The filesystem broker's poll of its folder (kombu's default is 1 s): a chat request waited up to 1 s
+# for an idle inference worker to see it; a listing of a small folder 10 times a second costs nothing.
+FILESYSTEM_POLL_S = 0.1
 
 
 def task_modules(kind: WorkerKind | None) -> list[str]:
@@ -46,7 +49,8 @@ def broker_options(settings: Settings) -> dict[str, Any]:
         folder = settings.resolved_broker_folder.resolve()
         options: dict[str, Any] = {"data_folder_in": str(folder / "messages"),
                                    "data_folder_out": str(folder / "messages"),
-                                   "control_folder": str(folder / "control"), "store_processed": False}
+                                   "control_folder": str(folder / "control"), "store_processed": False,
+                                   "polling_interval": FILESYSTEM_POLL_S}
     else:
         options = {"visibility_timeout": settings.resolved_visibility_timeout_s}
     return {**options, **settings.broker_transport_options}

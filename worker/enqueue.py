@@ -27,9 +27,8 @@ class CeleryEnqueuer:
         self.app = app or create_app(settings)
 
     def enqueue(self, job_id: str, queue: str) -> None:
-        self.app.send_task(TaskName.RUN_TRAINING_JOB.value, args=[job_id], queue=queue, retry=True,
-                           retry_policy=SEND_RETRY)
+        self.send(TaskName.RUN_TRAINING_JOB.value, job_id, queue)
 
-    def send(self, task: TaskName, object_id: str, queue: str) -> None:
-        """One `task` message (`TaskName.RUN_EXPORT`: an export id) on `queue` (`TaskSender`)."""
-        self.app.send_task(task.value, args=[object_id], queue=queue, retry=True, retry_policy=SEND_RETRY)
+    def send(self, task: str, arg: str, queue: str) -> None:
+        """One message of `task` (a `TaskName`) with the id `arg` on `queue` (e.g. `lcsb.generate(request_id)`)."""
+        self.app.send_task(task, args=[arg], queue=queue, retry=True, retry_policy=SEND_RETRY)

@@ -6,10 +6,13 @@ beat-scheduled sweeper).
     LCSB_WORKER_CLASSES='[{"queue":"cpu-8g","memory_mib":8192},{"queue":"cpu-32g","memory_mib":32768}]' \
     LCSB_WORKER_QUEUE=cpu-32g python -m worker --kind training
 
-`--kind` (a `lcsb_service.tasks.WorkerKind`, default `training`, today the only one) picks the tasks
-the worker registers: the shared ones (`worker.tasks`) and its kind's (`worker.<kind>.tasks`).
-The worker consumes the queue of its class (`LCSB_WORKER_QUEUE`), one job at a time (solo pool: the
-training runs in its own child process anyway), and runs each job under the class's memory cap.
+`--kind` (a `lcsb_service.tasks.WorkerKind`, default `training`) picks the tasks the worker registers:
+the shared ones (`worker.tasks`) and its kind's (`worker.<kind>.tasks`). A training worker consumes
+the queue of its class (`LCSB_WORKER_QUEUE`), one job at a time (solo pool: the training runs in its
+own child process anyway), and runs each job under the class's memory cap. An inference worker
+(`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, one request at a time, and caps its own process
+at `LCSB_INFERENCE_MEMORY_MIB` (`worker.limits`: a cgroup of its own, else an address-space limit)
+before anything loads a model.
 This module reads the settings when it is imported: it is a process entry point.
 """
 
@@ -27,9 +30,9 @@ settings = Settings()
 app = create_app(settings)
 
 
-def worker_argv(extra: list[str] | None = None) -> list[str]:
-    """Celery worker options for this worker's class."""
-    queue = settings.worker_class.queue
+def worker_argv(extra: list[str] | None = None, kind: WorkerKind = WorkerKind.TRAINING) -> list[str]:
+    """Celery worker options for this worker's class (an inference worker: the inference queue)."""
+    queue = settings.inference_queue if kind == WorkerKind.INFERENCE else settings.worker_class.queue
     return ["worker", "--queues", queue, "--pool", "solo", "--concurrency", "1", "--without-mingle",
             "--without-gossip", "--without-heartbeat", "--hostname", f"{queue}-{os.getpid()}@%h",
             "--loglevel", settings.log_level, *(extra or [])]
@@ -50,4 +53,25 @@ def main(argv: list[str] | None = None) -> None:
     (default: the command line's)."""
     kind, rest = parse_kind(sys.argv[1:] if argv is None else argv)
     app.conf.include = task_modules(kind)  # read when the worker starts and imports its task modules
-    app.worker_main(worker_argv(rest))
+    app.lcsb_kind = kind
+    if kind == WorkerKind.INFERENCE:
+        cap_inference_worker()
+    app.worker_main(worker_argv(rest, kind))
+
+
+def cap_inference_worker() -> None:
+    """Put this process under `Settings.inference_memory_mib` (see `worker.limits`; on CUDA the engine
+    is what allocates, and the cap is logged only)."""
+    import logging
+
+    from worker.limits import create_cage, enter_cage
+
+    cage = create_cage("inference", settings.inference_memory_mib, device=settings.inference_device,
+                       configured_parent=settings.cgroup_parent,
+                       address_space_slack_mib=settings.address_space_slack_mib)
+    try:
+        enter_cage(cage.to_spec())
+        app.lcsb_cap = f"{cage.cap_mib} MiB by {cage.describe()}"   # logged when the worker is ready
+    except OSError as exc:
+        logging.getLogger(__name__).warning("cannot cap the inference worker's memory (%s)", exc)
+        app.lcsb_cap = f"not capped ({exc})"

@@ -15,7 +15,7 @@ from celery import current_app, shared_task
 from celery.signals import worker_ready, worker_shutdown
 
 from lcsb_service import sweeper
-from lcsb_service.tasks import TaskName
+from lcsb_service.tasks import TaskName, WorkerKind
 from worker.context import worker_context
 from worker.enqueue import CeleryEnqueuer
 from worker.limits import remove_stale_cages
@@ -33,12 +33,18 @@ def reap() -> None:
 
 @worker_ready.connect
 def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
-    ctx = worker_context(getattr(sender, "app", None) or current_app)
+    app = getattr(sender, "app", None) or current_app
+    ctx = worker_context(app)
     wc = ctx.settings.worker_class
     removed = remove_stale_cages(configured_parent=ctx.settings.cgroup_parent)
     if removed:
         log.info("removed %d memory cgroups left by earlier workers", removed)
     sweeper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
+    if getattr(app, "lcsb_kind", None) == WorkerKind.INFERENCE:
+        s = ctx.settings
+        log.info("LCSB worker ready: inference queue %s, process memory %s, %s, base precision %s",
+                 s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_precision)
+        return
     log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s; heartbeat bound %.0f s",
              wc.queue, wc.memory_mib, wc.device, ctx.settings.heartbeat_timeout_s)
     if ctx.settings.resolved_visibility_timeout_s <= ctx.settings.job_time_limit_s:

@@ -29,9 +29,30 @@ class ModelObject(BaseModel):
     license_url: str | None = None
 
 
+class FineTunedModelObject(BaseModel):
+    """One of the caller's fine-tuned models (`step` None) or checkpoints, as chat and completions take it."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str          # the owner's name
+    root: str              # the base model
+    parent: str | None     # the model its job continued from, if any
+    job_id: str
+    step: int | None       # the checkpoint's step; None for the job's final adapter
+
+
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
-    data: list[ModelObject]
+    data: list[ModelObject | FineTunedModelObject]
+
+
+class DeletedModelObject(BaseModel):
+    """OpenAI's answer to `DELETE /v1/models/{id}`."""
+
+    id: str
+    object: Literal["model"] = "model"
+    deleted: Literal[True] = True
 
 
 class Health(BaseModel):

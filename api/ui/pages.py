@@ -73,6 +73,12 @@ def job(request: Request, job_id: Annotated[str, PathParam(max_length=64)]) -> H
     return _page(request, "job.html", "Job", page="job", job_id=job_id if _JOB_ID.fullmatch(job_id) else "")
 
 
+@router.get("/playground")
+def playground(request: Request) -> HTMLResponse:
+    """Chat with a fine-tuned model and its base side by side (`?model=<id>` preselects one)."""
+    return _page(request, "playground.html", "Playground", page="playground")
+
+
 @router.get("/compare")
 def compare(request: Request) -> HTMLResponse:
     return _page(request, "compare.html", "Compare", page="compare")

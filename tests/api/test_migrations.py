@@ -9,7 +9,7 @@ from alembic.config import Config
 from tests.api.conftest import ROOT, migrate
 
 TABLES = {"owners", "api_keys", "files", "jobs", "job_events", "checkpoints", "artifacts", "job_exports",
-          "alembic_version"}
+          "deleted_models", "alembic_version"}
 
 
 def _config(url: str) -> Config:

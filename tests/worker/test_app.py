@@ -80,14 +80,19 @@ def test_worker_argv_takes_the_log_level_from_settings(tmp_path, monkeypatch):
 
 def test_a_worker_registers_its_kinds_tasks_by_name(tmp_path):
     """Every kind's folder has a task module registering exactly its `KIND_TASKS` plus the shared
-    sweeper task; the names are the ones on the wire before the enum existed (and the export task's)."""
-    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap", "lcsb.run_export"]
-    for kind in WorkerKind:
+    sweeper task; the names are the ones on the wire before the enum existed (and the export and
+    inference tasks')."""
+    assert [str(n) for n in TaskName] == ["lcsb.run_job", "lcsb.reap", "lcsb.run_export", "lcsb.generate"]
+    for kind in WorkerKind:  # each in a fresh process: `shared_task`s register with every app of a process
         assert task_modules(kind) == ["worker.tasks", f"worker.{kind.value}.tasks"]
-        app = create_app(Settings(data_dir=tmp_path), kind)
-        app.loader.import_default_modules()
-        ours = {name for name in app.tasks if name.startswith("lcsb.")}
-        assert ours == {TaskName.SWEEP, *KIND_TASKS[kind]}
+        code = ("import sys; from lcsb_service.settings import Settings; from lcsb_service.tasks import WorkerKind; "
+                "from worker.app import create_app; "
+                f"app = create_app(Settings(data_dir=sys.argv[1]), WorkerKind({kind.value!r})); "
+                "app.loader.import_default_modules(); "
+                "print(' '.join(sorted(n for n in app.tasks if n.startswith('lcsb.'))))")
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert set(out) == {TaskName.SWEEP, *KIND_TASKS[kind]}
     conf = create_app(Settings(data_dir=tmp_path)).conf
     assert conf.beat_schedule["lcsb-reap"]["task"] == "lcsb.reap"
 
@@ -101,6 +106,7 @@ def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, caps
     module = importlib.reload(worker.main)
     assert module.parse_kind(["--kind", "training", "--without-mingle"]) == (WorkerKind.TRAINING, ["--without-mingle"])
     assert module.parse_kind([]) == (WorkerKind.TRAINING, [])
+    assert module.parse_kind(["--kind", "inference"]) == (WorkerKind.INFERENCE, [])
     with pytest.raises(SystemExit):
-        module.parse_kind(["--kind", "inference"])
-    assert "invalid choice: 'inference' (choose from 'training')" in capsys.readouterr().err
+        module.parse_kind(["--kind", "export"])
+    assert "invalid choice: 'export' (choose from 'training', 'inference')" in capsys.readouterr().err

@@ -31,6 +31,8 @@
     setText("job-summary", `${j.model} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
       `worker class ${j.queue} · created ${LCSB.fmtTime(j.created_at)}` + (j.fine_tuned_model ? " · " + j.fine_tuned_model : ""));
     renderLineage(j);
+    document.getElementById("job-try").hidden = !(j.status === "succeeded" && j.fine_tuned_model);
+    if (j.fine_tuned_model) document.getElementById("job-try-link").href = "/ui/playground?model=" + encodeURIComponent(j.fine_tuned_model);
     const err = document.getElementById("job-error");
     err.hidden = !j.error;
     if (j.error) err.textContent = `${j.error.code}: ${j.error.message}`;

@@ -1,0 +1,105 @@
+"""`POST /v1/chat/completions` and `POST /v1/completions`: OpenAI's shape, answered by inference
+workers (`python -m worker --kind inference`; nothing here imports torch).
+
+`model` is a catalog base name, one of the caller's succeeded jobs' `fine_tuned_model`, or one of
+their checkpoints' ids, found by exact lookup (`lcsb_service.served_models.resolve`): anything else,
+another owner's or a deleted one is 404 `model_not_found`. Chat on a model without a chat template
+(Gemma-3-270M's base) is a 400 naming the model and pointing to `/v1/completions`.
+
+Bounds (400 naming the field): `max_completion_tokens` / `max_tokens` at most
+`Settings.inference_max_new_tokens` and below the model's context; the prompt plus them within the
+context (checked by the worker with the model's tokenizer, before the answer starts). Without a
+bound, chat answers up to `inference_max_new_tokens` tokens (less where the context ends first);
+completions 16 (OpenAI's default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request
+
+from api.deps import OwnerDep
+from api.generation import answer
+from api.schemas.chat import ChatCompletionRequest, CompletionRequest, refuse_unsupported
+from api.schemas.common import errors
+from lcsb_service.chat import GenerationRequest, Message
+from lcsb_service.errors import InvalidRequest
+from lcsb_service.ids import new_id
+from lcsb_service.served_models import ServedModel, resolve
+from lcsb_service.settings import Settings
+
+router = APIRouter(prefix="/v1", tags=["chat"])
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16   # OpenAI's default for /v1/completions
+_RESPONSES = errors(400, 401, 404, 503)
+
+
+async def _target(request: Request, owner_id: str, model: str) -> ServedModel:
+    app = request.app
+
+    def find() -> ServedModel:
+        with app.state.db.read_session() as session:
+            return resolve(session, owner_id, model, app.state.settings.resolved_model_dirs)
+
+    return await anyio.to_thread.run_sync(find)
+
+
+def _max_new_tokens(settings: Settings, target: ServedModel, given: dict[str, int | None],
+                    default: int) -> tuple[int, str]:
+    """(tokens, the field that set them) from the first field of `given` that is set; 400 past the
+    bounds. None given: (`default` capped by the settings, "")."""
+    name, value = next(((k, v) for k, v in given.items() if v is not None), (next(iter(given)), None))
+    set_both = [k for k, v in given.items() if v is not None]
+    if len(set_both) > 1 and len({given[k] for k in set_both}) > 1:
+        raise InvalidRequest(f"{set_both[1]}: give {set_both[0]} or {set_both[1]}, not both with different values",
+                             param=set_both[1])
+    if value is None:
+        return min(default, settings.inference_max_new_tokens), ""
+    if value > settings.inference_max_new_tokens:
+        raise InvalidRequest(f"{name}: at most {settings.inference_max_new_tokens} new tokens per request, "
+                             f"found {value}", code="invalid_value", param=name)
+    if value >= target.base.context_length:
+        raise InvalidRequest(f"{name}: {value} tokens do not fit {target.model_id}'s context of "
+                             f"{target.base.context_length} tokens", code="context_length_exceeded", param=name)
+    return value, name
+
+
+def _sampling(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
+    return {k: v for k, v in {"temperature": body.temperature, "top_p": body.top_p, "seed": body.seed}.items()
+            if v is not None} | {"stop": body.stop_list()}
+
+
+@router.post("/chat/completions", responses=_RESPONSES)
+async def chat_completions(body: ChatCompletionRequest, owner: OwnerDep, request: Request) -> Any:
+    """A chat completion (OpenAI `chat.completion`, or `chat.completion.chunk` events with `stream`)."""
+    refuse_unsupported(body)
+    settings: Settings = request.app.state.settings
+    target = await _target(request, owner.id, body.model)
+    if not target.base.has_chat_template:
+        raise InvalidRequest(f"model {body.model!r} has no chat template (its base {target.base.name} has none); "
+                             "use POST /v1/completions with a prompt", code="model_has_no_chat_template",
+                             param="model")
+    tokens, field = _max_new_tokens(settings, target, {"max_completion_tokens": body.max_completion_tokens,
+                                                       "max_tokens": body.max_tokens},
+                                    settings.inference_max_new_tokens)
+    messages = [Message(role="system" if m.role == "developer" else m.role, content=m.text()) for m in body.messages]
+    payload = GenerationRequest(id=new_id("gen"), owner_id=owner.id, model=body.model, messages=messages,
+                                max_new_tokens=tokens, max_tokens_param=field or "max_completion_tokens",
+                                clamp_to_context=not field, **_sampling(body))
+    return await answer(request.app, payload, stream=bool(body.stream),
+                        include_usage=bool(body.stream_options and body.stream_options.include_usage))
+
+
+@router.post("/completions", responses=_RESPONSES)
+async def completions(body: CompletionRequest, owner: OwnerDep, request: Request) -> Any:
+    """A text completion of `prompt` (OpenAI `text_completion`), for any model, with or without a chat template."""
+    refuse_unsupported(body)
+    settings: Settings = request.app.state.settings
+    target = await _target(request, owner.id, body.model)
+    tokens, field = _max_new_tokens(settings, target, {"max_tokens": body.max_tokens}, COMPLETIONS_DEFAULT_MAX_TOKENS)
+    payload = GenerationRequest(id=new_id("gen"), owner_id=owner.id, model=body.model, prompt=body.prompt_text(),
+                                max_new_tokens=tokens, max_tokens_param="max_tokens", clamp_to_context=not field,
+                                **_sampling(body))
+    return await answer(request.app, payload, stream=bool(body.stream),
+                        include_usage=bool(body.stream_options and body.stream_options.include_usage))

@@ -1,0 +1,148 @@
+"""One request on an inference worker: payload -> model (resolved again, with tenancy) -> tokens on
+the request's stream (`lcsb_service.streams`).
+
+    serve(ctx, request_id)
+
+Per process: one `lcsb_core.inference.InferenceEngine` per base model, made on the first request for
+it (the base loads once; its adapter LRU is bounded by `Settings.inference_adapter_cache_count` and
+`inference_adapter_cache_mib`), and adapter archives extracted once into
+`<data_dir>/inference-adapters/<hash of the storage key>/`.
+
+Records written: `start` (prompt tokens) or an `error` first (404 `model_not_found`, 400
+`context_length_exceeded` naming the field, 400 for a model with no chat template), then `delta`s,
+then `end` (`stop` / `length`) or an `error` (500 `generation_failed`). A cancelled request (the
+client went away) stops within a token and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lcsb_service.artifacts import fetch_adapter
+from lcsb_service.catalog import ModelInfo
+from lcsb_service.chat import GenerationRequest
+from lcsb_service.errors import NotFound
+from lcsb_service.served_models import ServedModel, resolve
+from lcsb_service.streams import TokenStreams, token_streams
+from worker.context import WorkerContext
+
+log = logging.getLogger(__name__)
+_engines: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
+    """The process's engine for `base` (loaded now on first use)."""
+    from lcsb_core.inference import InferenceEngine
+
+    with _lock:
+        if base.name not in _engines:
+            s = ctx.settings
+            if s.worker_torch_threads:
+                import torch
+
+                torch.set_num_threads(s.worker_torch_threads)
+            t0 = time.monotonic()
+            _engines[base.name] = InferenceEngine(base.path, precision=s.inference_precision, device=s.inference_device,
+                                                  max_adapters=s.inference_adapter_cache_count,
+                                                  max_adapter_mib=s.inference_adapter_cache_mib)
+            log.info("loaded base %s (%s, %s) in %.1f s", base.name, s.inference_precision, s.inference_device,
+                     time.monotonic() - t0)
+        return _engines[base.name]
+
+
+def adapter_folder(ctx: WorkerContext, key: str) -> Path:
+    """The extracted adapter of the archive stored under `key`, extracted once per machine: into a
+    temporary folder renamed into place (atomic; when another worker was first, its copy is used)."""
+    root = ctx.settings.data_dir.resolve() / "inference-adapters" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    if not (root / "ready").is_file():
+        tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        folder = fetch_adapter(ctx.storage, key, tmp)
+        (tmp / "ready").write_text(folder.name)
+        try:
+            tmp.rename(root)
+        except OSError:   # another worker renamed its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / (root / "ready").read_text()
+
+
+def _error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    return {"t": "error", "status": status, "code": code, "param": param, "message": message}
+
+
+def serve(ctx: WorkerContext, rid: str) -> None:
+    """Answer request `rid` (see the module docstring); never raises for a request's own failure."""
+    streams = token_streams(ctx.settings)
+    raw = streams.get_request(rid)
+    if raw is None or streams.cancelled(rid):
+        log.info("request %s expired or was cancelled before it started", rid)
+        streams.discard(rid)
+        return
+    try:
+        req = GenerationRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        log.warning("request %s: invalid payload: %s", rid, exc)
+        streams.append(rid, _error(400, "invalid_request", "invalid generation request"))
+        return
+    try:
+        with ctx.db.read_session() as session:
+            target = resolve(session, req.owner_id, req.model, ctx.settings.resolved_model_dirs)
+    except NotFound as exc:
+        streams.append(rid, _error(404, "model_not_found", exc.message, "model"))
+        return
+    try:
+        _generate(ctx, streams, req, target)
+    except Exception:
+        log.exception("request %s on %s failed", rid, req.model)
+        streams.append(rid, _error(500, "generation_failed", "the model failed while generating this answer"))
+
+
+def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest, target: ServedModel) -> None:
+    from lcsb_core.inference import SamplingParams
+
+    t0 = time.monotonic()
+    engine = engine_for(ctx, target.base)
+    adapter = adapter_folder(ctx, target.adapter_key) if target.adapter_key else None
+    if req.messages is not None:
+        template = engine.template_of(adapter)
+        if not template:
+            streams.append(req.id, _error(400, "model_has_no_chat_template",
+                                          f"{req.model} has no chat template; use /v1/completions", "model"))
+            return
+        ids, field = engine.chat_prompt([m.model_dump() for m in req.messages], template), "messages"
+    else:
+        ids, field = engine.text_prompt(req.prompt or ""), "prompt"
+    context = engine.context_length
+    if req.clamp_to_context and len(ids) < context:
+        req = req.model_copy(update={"max_new_tokens": min(req.max_new_tokens, context - len(ids))})
+    if len(ids) + req.max_new_tokens > context:
+        param = field if len(ids) >= context else req.max_tokens_param
+        streams.append(req.id, _error(400, "context_length_exceeded",
+                                      f"{param}: the prompt ({len(ids)} tokens) plus {req.max_tokens_param} "
+                                      f"({req.max_new_tokens}) exceed {req.model}'s context of {context} tokens",
+                                      param))
+        return
+    run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature,
+                                                     top_p=req.top_p, seed=req.seed, stop=tuple(req.stop)),
+                        should_stop=lambda: streams.cancelled(req.id))
+    streams.append(req.id, {"t": "start", "prompt_tokens": len(ids)})
+    for text in run:
+        streams.append(req.id, {"t": "delta", "text": text})
+    if run.finish_reason == "cancelled":
+        log.info("request %s cancelled after %d tokens", req.id, run.completion_tokens)
+        streams.discard(req.id)
+        return
+    streams.append(req.id, {"t": "end", "finish_reason": run.finish_reason, "completion_tokens": run.completion_tokens})
+    log.info("request %s on %s: %d + %d tokens in %.2f s (%s); adapters cached %d (%.1f MiB), loaded %d so far",
+             req.id, req.model, len(ids), run.completion_tokens, time.monotonic() - t0, run.finish_reason,
+             len(engine.adapters.sizes), engine.adapters.mib, engine.adapters.loads)

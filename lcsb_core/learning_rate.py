@@ -16,8 +16,8 @@ What the rule does not vary by, and why: the batch size and the run length were 
 grid (batch 4, 32-100 steps measured), so the rule does not scale with them; Gemma-3-270M was trained
 at 8e-4 only (its full backprop gained 46 % of its base eval loss in 20 steps there), so it gets
 SmolLM2's values. `random` and `importance` (surrogate gradients, like `cyclic`) were not gridded and
-take `cyclic`'s value; `split` takes full backprop's (its gradients are exact, and its grid runs at
-8e-4 are BENCHMARKS.md's 6h).
+take `cyclic`'s value; `split` takes full backprop's (its gradients are exact; it was measured at 8e-4
+only, BENCHMARKS.md "The default on three kinds of data").
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def test_field_errors_keep_their_param(client, alice):
 def _path_values(client, alice) -> dict[str, str]:
     job = job_ok(client, alice)
     return {"file_id": upload_ok(client, alice)["id"], "fine_tuning_job_id": job["id"], "model": SMOL,
-            "checkpoint_id": "ftckpt-none", "name": "metrics.csv"}
+            "checkpoint_id": "ftckpt-none", "name": "metrics.csv", "export_id": "export-none"}
 
 
 def v1_get_operations(app) -> list[tuple[str, set[str]]]:

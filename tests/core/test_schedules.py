@@ -120,7 +120,7 @@ def test_every_schedule_is_pure_in_seed_and_step(name):
 
 
 def test_exact_schedules_backprop_from_the_lowest_trained_layer_to_the_top():
-    assert set(EXACT_GRADIENT_SCHEDULES) == {"freeze", "top", "topfull", "tail", "full"}
+    assert set(EXACT_GRADIENT_SCHEDULES) == {"freeze", "top", "topfull", "tail", "split", "full"}
     freeze = make_schedule("freeze", num_layers=30, k=8)
     assert freeze.backprop_layers(1) == frozenset(range(8, 30)) and freeze.max_backprop_layers() == 30
     cyclic = make_schedule("cyclic", num_layers=30, k=8)
@@ -209,7 +209,8 @@ def _owner_of(cls: type, member: str) -> str:
 def test_the_protocol_names_what_the_callers_read():
     assert {"layers_for_step", "backprop_layers", "max_backprop_layers", "keeps_all_activations", "cycle_length",
             "identity_skip", "uses_k", "full_every", "k", "num_layers", "name", "needs_probe", "observe",
-            "state_dict", "load_state_dict", "describe"} == set(PROTOCOL_MEMBERS)
+            "state_dict", "load_state_dict", "describe", "deep_fraction", "shallow_layers",
+            "update_shares"} == set(PROTOCOL_MEMBERS)
 
 
 @pytest.mark.parametrize("name", SCHEDULES)

@@ -20,8 +20,13 @@ V vocab, L decoder layers):
                  recomputed at a time.
     transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
                  (backward temporaries, allocator slack)
-    loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2;
-                 the run's peak is the larger of loading and training
+    loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2
+    evaluation   graded evaluation (`method.eval`), between steps: runtime + weights + lora_state + the
+                 KV cache of one `generate` call (G = `generation_tokens` x L x 2 x kv heads x head dim
+                 x 2 or 4 B) + on a CPU NF4 base the decoder's linear weights dequantized once to fp32
+                 (`quantization.dequantized_weights`: linear params x 4 B) + one layer's
+                 per-token buffers for G tokens (the prompt's forward)
+    The run's peak is the largest of loading, training and evaluation.
 
 The per-token coefficients were measured on SmolLM2-135M (NF4, bf16 autocast) with
 `torch.autograd.graph.saved_tensors_hooks`: 31.5 MiB per decoder layer per 1,024 tokens and 436 MiB for
@@ -63,6 +68,7 @@ class MemoryEstimate:
     transient_mib: float
     lora_parameters: int
     loading_mib: float = 0.0
+    evaluation_mib: float = 0.0
 
     @property
     def training_mib(self) -> float:
@@ -70,8 +76,8 @@ class MemoryEstimate:
 
     @property
     def total_mib(self) -> float:
-        """The predicted peak: max(loading, training)."""
-        return max(self.training_mib, self.loading_mib)
+        """The predicted peak: max(loading, training, evaluation)."""
+        return max(self.training_mib, self.loading_mib, self.evaluation_mib)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "training_mib": round(self.training_mib, 1), "total_mib": round(self.total_mib, 1)}
@@ -79,7 +85,8 @@ class MemoryEstimate:
 
 def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, target_modules: tuple[str, ...],
                       batch_size: int, seq_len: int, backprop_layers: int | None, gradient_checkpointing: bool,
-                      device: str, checkpoint_bytes: int = 0, compute_dtype: str | None = None) -> MemoryEstimate:
+                      device: str, checkpoint_bytes: int = 0, compute_dtype: str | None = None,
+                      generation_tokens: int = 0) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
     The job's settings have no defaults here: `estimate_for` reads them from a `TrainConfig`, whose
     dataclasses are their one home.
@@ -98,6 +105,8 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         compute_dtype: `bf16` or `fp32`, what an NF4 base computes in (`lcsb_core.models.quantization.
             compute_dtype`); None: `assumed_compute_dtype(device)`. fp32 doubles the non-quantized
             base tensors and scales the per-layer activations by `FP32_ACTIVATION_SCALE`.
+        generation_tokens: tokens one graded-evaluation `generate` call holds
+            (`EvalSettings.generation_tokens`); 0: the run has no graded evaluation.
 
     Raises:
         KeyError: the config lacks one of the fields above.
@@ -122,6 +131,14 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         layer_act = kept * per_layer
     head = 9 * tokens * v
     runtime = RUNTIME_MIB["cuda" if device.startswith("cuda") else "cpu"]
+    evaluation = 0.0
+    if generation_tokens:
+        act_bytes = 4 if act_scale != 1.0 else 2
+        heads = model_config["num_attention_heads"]
+        kv_width = (model_config.get("num_key_value_heads") or heads) * (model_config.get("head_dim") or h // heads)
+        dequantized = linear_params * 4 if quantization == "nf4" and not device.startswith("cuda") else 0
+        evaluation = (runtime * MIB + weights + lora_params * 20 + generation_tokens * L * 2 * kv_width * act_bytes
+                      + dequantized + generation_tokens * (24 * h + 12 * i) * act_scale) / MIB
     return MemoryEstimate(
         runtime_mib=runtime,
         weights_mib=weights / MIB,
@@ -130,6 +147,7 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         transient_mib=(4 * tokens * v + 8 * per_layer) / MIB,
         lora_parameters=lora_params,
         loading_mib=runtime + (checkpoint_bytes + 2 * weights) / MIB if checkpoint_bytes else 0.0,
+        evaluation_mib=evaluation,
     )
 
 
@@ -158,7 +176,8 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
                              target_modules=tuple(cfg.lora.target_modules), batch_size=cfg.batch_size,
                              seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
-                             checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype)
+                             checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype,
+                             generation_tokens=cfg.eval.generation_tokens(cfg.data.max_seq_len) if cfg.eval else 0)
 
 
 def estimate_for_config(cfg: TrainConfig) -> MemoryEstimate:

@@ -7,6 +7,13 @@ padding, stopping each row at the model's end-of-sequence or end-of-turn token. 
 length and batched up to `GENERATION_TOKENS` (less padding, few calls); answers come back in the prompts'
 order.
 
+On CPU an NF4 base's linear layers run in fp32 from weights dequantized once per call
+(`models.quantization.dequantized_weights`), without bf16 autocast. bitsandbytes would dequantize every
+weight for every new token, and a bf16 product with the few rows of a decoding step is slow on CPU
+(BENCHMARKS.md, "Graded evaluation cost"). The answers are then those of the NF4 weights computed in
+fp32, as the inference worker serves on CPU (fp32), not bit-identical to a bf16 forward: greedy decoding
+diverges on near-ties (measured: 7 of 16 GSM8K answers of 32 tokens identical to the bf16 ones).
+
 What training must find unchanged afterwards, and is restored here: the RNG states (CPU and the
 model's CUDA device; greedy decoding draws nothing, but a library may), every module's train/eval mode,
 the config's `use_cache` (off while training), the tokenizer's padding side. The LCSB layer modes need
@@ -22,13 +29,11 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from lcsb_core.eval.settings import GENERATION_TOKENS
 from lcsb_core.lora import causal_lm
 from lcsb_core.loss import autocast_for
+from lcsb_core.models.quantization import dequantized_weights
 
-# Tokens (prompt + new, padded) per `generate` call: its KV cache's size. On CPU each decoding step
-# dequantizes every NF4 weight whatever the batch, so fewer, larger batches are what make it affordable;
-# SmolLM2 keeps 46 KB of fp32 KV cache per token (30 layers x K,V x 3 heads x 64), 375 MB at this budget.
-GENERATION_TOKENS = 8192
 # End-of-turn markers of the chat templates in use (SmolLM2/ChatML, Gemma, Llama 3), when in the vocabulary
 END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 
@@ -109,7 +114,9 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
     `token_budget`: most rows x (longest prompt + max_new_tokens) per `generate` call (one row at least).
     `on_token(done, total)`: called after every decoding step (`done` steps over all calls so far, of
     `total` = calls x max_new_tokens at most), so a caller can show progress and keep a heartbeat.
-    Runs under `training_state_kept` and the model's autocast (`loss.autocast_for`)."""
+    Runs under `training_state_kept`; a CPU NF4 base computes its linear layers in fp32 from weights
+    dequantized once per call (`quantization.dequantized_weights(model, torch.float32)`, autocast off),
+    any other model under its autocast (`loss.autocast_for`)."""
     specials = list(add_special_tokens) if add_special_tokens is not None else [False] * len(prompts)
     encoded = [tokenizer(p, add_special_tokens=s)["input_ids"] for p, s in zip(prompts, specials, strict=True)]
     if max_prompt_tokens:
@@ -121,7 +128,8 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
     answers: list[str] = [""] * len(prompts)
     batches = list(_batches(order, [len(ids) for ids in encoded], max_new_tokens, token_budget))
     ticks = _Ticks(on_token, len(batches) * max_new_tokens)
-    with training_state_kept(model, tokenizer), autocast_for(model):
+    with training_state_kept(model, tokenizer), dequantized_weights(model, torch.float32) as dequantized, \
+            (contextlib.nullcontext() if dequantized["layers"] else autocast_for(model)):
         for rows in batches:
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)

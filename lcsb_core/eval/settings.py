@@ -13,6 +13,10 @@ N_SAMPLES_RANGE = (1, 512)        # [min, max] prompts answered per evaluation
 MAX_NEW_TOKENS_RANGE = (1, 512)   # [min, max] tokens generated per answer
 DEFAULT_N_SAMPLES = 64
 DEFAULT_MAX_NEW_TOKENS = 128
+# Tokens (prompt + new, padded) per `generate` call: its KV cache's size (`lcsb_core.eval.generate`;
+# the memory estimate's `generation_tokens`). On CPU, fewer and larger batches make it affordable;
+# SmolLM2 keeps 46 KB of fp32 KV cache per token (30 layers x K,V x 3 heads x 64), 375 MB at this budget.
+GENERATION_TOKENS = 8192
 
 
 @dataclass
@@ -39,6 +43,11 @@ class EvalSettings:
                 raise ConfigError(name, f"must be an integer in [{low}, {high}], got {value!r}")
         if self.eval_file is not None and not (isinstance(self.eval_file, str) and self.eval_file):
             raise ConfigError("eval.eval_file", "must be a file path (or left out to use the validation file)")
+
+    def generation_tokens(self, max_prompt_tokens: int) -> int:
+        """The most tokens one `generate` call holds (its KV cache): `GENERATION_TOKENS`, or one row of
+        `max_prompt_tokens` + `max_new_tokens` when that is longer (a call holds one row at least)."""
+        return max(GENERATION_TOKENS, max_prompt_tokens + self.max_new_tokens)
 
     @property
     def parsed(self) -> tuple[Grader, ...]:

@@ -8,8 +8,11 @@ bitsandbytes' CPU backend does not support it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -96,3 +99,73 @@ def disable_cpu_weight_repacking(model: torch.nn.Module) -> int:
             module.support_avx512bf16_for_cpu = False
             changed += 1
     return changed
+
+
+@contextlib.contextmanager
+def dequantized_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[dict[str, int]]:
+    """Within the block, every CPU NF4 layer (`bnb.nn.Linear4bit`) of `model` multiplies by a weight
+    dequantized once, at its first forward, instead of dequantizing on every forward; on leaving, the
+    layers' own `forward` is back and the dequantized copies are freed.
+
+    bitsandbytes' CPU path (`matmul_4bit` without autograd -> `gemm_4bit`'s default kernel) dequantizes
+    the whole weight to the input's dtype and calls `F.linear` on every call: while generating, that is
+    once per layer per new token, whatever the batch (BENCHMARKS.md, "Graded evaluation cost"). Here the
+    same dequantization (`torch.ops.bitsandbytes.dequantize_4bit` to the same dtype) and the same
+    `F.linear` run, so outputs are bit-identical to the plain forward. Cost: the decoder's linear weights
+    in the compute dtype for the block's duration (SmolLM2-135M: 106M weights, 212 MB in bf16, 425 MB in
+    fp32). For inference only: the cached forward has no autograd path to the base weight, which is
+    frozen anyway, and the block must not train (it raises RuntimeError if a forward runs with grad
+    enabled on an input that requires it). CUDA layers (fused kernels) are left as they are.
+
+    `dtype`: None computes in the layer's own compute dtype (bit-identical outputs, above); a dtype
+    (e.g. `torch.float32`) dequantizes to it and multiplies in it with autocast off, casting the output
+    back to the input's dtype (more precise than the layer's bf16; not bit-identical).
+
+    Yields {"layers": layers patched, "cached": layers whose weight was dequantized so far} (read after
+    the block for how many were used)."""
+    stats = {"layers": 0, "cached": 0}
+    if not is_bnb_available():
+        yield stats
+        return
+    import bitsandbytes as bnb
+
+    layers: list[Any] = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    patched = [m for m in layers if m.weight.device.type == "cpu" and getattr(m.weight, "quant_state", None) is not None
+               and not getattr(m.weight.quant_state, "nested", False)]
+    try:
+        for module in patched:
+            module.forward = _cached_forward(module, stats, dtype)
+        stats["layers"] = len(patched)
+        yield stats
+    finally:
+        for module in patched:
+            module.__dict__.pop("forward", None)
+
+
+def _cached_forward(module: Any, stats: dict[str, int],
+                    dtype: torch.dtype | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`Linear4bit.forward` with its weight dequantized once (see `dequantized_weights`)."""
+    state = module.weight.quant_state
+    cache: dict[torch.dtype, torch.Tensor] = {}
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise RuntimeError("dequantized_weights is for inference: a forward ran with autograd on")
+        inp_dtype = x.dtype
+        compute = dtype or getattr(module, "compute_dtype", None)
+        if compute is not None:
+            x = x.to(compute)
+        if x.dtype not in cache:
+            packed = module.weight.data.view(-1, 1)
+            cache[x.dtype] = torch.ops.bitsandbytes.dequantize_4bit.default(
+                packed, state.absmax, state.blocksize, state.quant_type, state.shape, x.dtype)
+            stats["cached"] += 1
+        bias = module.bias
+        if bias is not None:
+            bias = bias.to(x.dtype)
+        if dtype is None:
+            return torch.nn.functional.linear(x, cache[x.dtype], bias).to(inp_dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.nn.functional.linear(x, cache[x.dtype], bias).to(inp_dtype)
+
+    return forward

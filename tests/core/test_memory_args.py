@@ -28,3 +28,21 @@ def test_estimate_for_reads_the_configs_sequence_length():
     a, b = (estimate_for(c, SMOLLM2, device="cpu") for c in (cfg, short))
     assert cfg.data.max_seq_len == 512
     assert (a.activations_mib, a.transient_mib) == (2 * b.activations_mib, 2 * b.transient_mib)
+
+
+def test_graded_evaluation_adds_its_kv_cache_and_the_dequantized_weights():
+    """With `method.eval` the estimate holds the evaluation's peak: the KV cache of one `generate` call
+    (8,192 tokens x 30 layers x K,V x 3 heads x 64 x 4 B in fp32 = 360 MiB for SmolLM2) and, on a CPU NF4
+    base, the decoder's linear weights dequantized once (106,168,320 x 4 B = 405 MiB); without it, none."""
+    raw = {"data": {"train_file": "x.jsonl", "max_seq_len": 256}, "batch_size": 1,
+           "eval": {"graders": [{"type": "numeric"}]}}
+    graded, plain = TrainConfig.from_dict(raw), TrainConfig.from_dict({**raw, "eval": None})
+    cpu, cuda = (estimate_for(graded, SMOLLM2, device=d, compute_dtype="fp32") for d in ("cpu", "cuda"))
+    assert estimate_for(plain, SMOLLM2, device="cpu", compute_dtype="fp32").evaluation_mib == 0.0
+    fixed = cpu.runtime_mib + cpu.weights_mib + cpu.lora_state_mib
+    prefill = 8192 * (24 * 576 + 12 * 1536) * 1.25 / 2**20
+    assert abs(cpu.evaluation_mib - fixed - 360.0 - 405.0 - prefill) < 1e-6
+    assert abs((cpu.evaluation_mib - cpu.runtime_mib) - (cuda.evaluation_mib - cuda.runtime_mib)
+               - 106168320 * 4 / 2**20) < 1e-6
+    assert cpu.total_mib == max(cpu.training_mib, cpu.loading_mib, cpu.evaluation_mib)
+    assert cpu.evaluation_mib > cpu.training_mib  # batch 1 x 256 trains in less than generation needs

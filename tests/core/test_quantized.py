@@ -81,3 +81,56 @@ def test_evaluation_and_checkpoint_do_not_change_gradients(nf4_model):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
         torch.testing.assert_close(a, c, rtol=0, atol=0)
     assert sum(float(g.abs().sum()) for g in before) > 0
+
+
+def test_dequantized_weights_give_bit_identical_outputs_and_restore_the_layers(nf4_model):
+    """Generation's dequantize-once forward (`dequantized_weights`) is the same arithmetic as
+    bitsandbytes' per-call dequantization: logits equal bit for bit, with the LoRA applied; on leaving
+    the block every NF4 layer runs its own forward again, and training through it still works."""
+    from lcsb_core.models.quantization import dequantized_weights
+
+    layers = [m for m in nf4_model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    before = grads(nf4_model)
+    with torch.no_grad():
+        nf4_model.eval()
+        ids = batch(0)["input_ids"]
+        plain = nf4_model(input_ids=ids).logits
+        with dequantized_weights(nf4_model) as stats:
+            cached = nf4_model(input_ids=ids).logits
+            again = nf4_model(input_ids=ids).logits
+        nf4_model.train()
+    assert torch.equal(plain, cached) and torch.equal(plain, again)
+    assert stats == {"layers": len(layers), "cached": len(layers)} and len(layers) > 0
+    assert all("forward" not in m.__dict__ for m in layers)
+    after = grads(nf4_model)
+    assert any(g.abs().sum() > 0 for g in after)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_dequantized_weights_refuse_a_forward_with_autograd(nf4_model):
+    """The cached forward has no gradient path: a training forward inside the block is an error, not
+    silently different gradients."""
+    from lcsb_core.models.quantization import dequantized_weights
+
+    layer = next(m for m in nf4_model.modules() if isinstance(m, bnb.nn.Linear4bit))
+    x = torch.randn(2, layer.in_features, requires_grad=True)
+    with dequantized_weights(nf4_model), pytest.raises(RuntimeError, match="for inference"):
+        layer(x)
+    assert "forward" not in layer.__dict__
+
+
+def test_dequantized_weights_in_fp32_ignore_autocast_and_stay_close(nf4_model):
+    """`dtype=torch.float32` (graded evaluation's generation on CPU): the product is computed in fp32
+    even under bf16 autocast, returned in the input's dtype, and close to the layer's own forward."""
+    from lcsb_core.models.quantization import dequantized_weights
+
+    layer = next(m for m in nf4_model.modules() if isinstance(m, bnb.nn.Linear4bit))
+    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.no_grad():
+        own = layer(x)
+        with dequantized_weights(nf4_model, torch.float32):
+            plain = layer(x)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                autocast = layer(x)
+    assert plain.dtype == x.dtype == autocast.dtype and torch.equal(plain, autocast)
+    assert torch.allclose(plain.float(), own.float(), rtol=0.02, atol=0.02)

@@ -8,7 +8,7 @@
     <run>/plots/*.png              loss curve, selection heatmap
     <run>/summary.json             final numbers
     <run>/eval_samples/step-<N>.jsonl  graded evaluation: each sample's prompt, reference, base and current
-                                   answers and grades (lcsb_core.eval.graded), per evaluation step
+                                   answers and their grades (lcsb_core.eval.graded), per evaluation step
     <run>/eval_samples.jsonl       a copy of the latest of them
 """
 

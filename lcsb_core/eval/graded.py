@@ -6,7 +6,8 @@
 
 Each evaluation writes `<run>/eval_samples/step-<N>.jsonl` and copies it to `<run>/eval_samples.jsonl`
 (the latest one, which the worker publishes; names from `lcsb_core.run_files`), one row per sample:
-step, line, prompt, reference, base_answer, answer, grades ({grader name: 0.0 or 1.0}). The base model's
+step, line, prompt, reference, base_answer, answer, grades ({grader name: 0.0 or 1.0}) and base_grades (the
+same graders on base_answer, so a reader sees what changed without grading again). The base model's
 answers come from the step-0 evaluation; when there was none (`eval_at_start` off, a resumed run), the
 first evaluation generates them with the adapter disabled.
 """
@@ -39,6 +40,7 @@ class GradedEvaluator:
         self.max_prompt_tokens = max_prompt_tokens
         self.prompts = [s.render(tokenizer) for s in samples]
         self.base_answers: list[str] | None = None
+        self.base_grades: list[dict[str, float]] | None = None
 
     def answers(self, model: nn.Module, on_token: Callable[[int, int], None] | None = None) -> list[str]:
         """The model's greedy answers to the samples' prompts, as it is now (`on_token`: see
@@ -54,12 +56,14 @@ class GradedEvaluator:
         disabled the adapter), whose answers later evaluations show beside theirs. `on_token(done,
         total)` after each decoding step."""
         answers = self.answers(model, on_token)
+        references = [s.reference for s in self.samples]
+        grades, scores = grade_all(self.settings.parsed, answers, references)
         if base:
-            self.base_answers = answers
+            self.base_answers, self.base_grades = answers, grades
         elif self.base_answers is None:
             with model.disable_adapter():  # type: ignore[operator]
                 self.base_answers = self.answers(model, on_token)
-        grades, scores = grade_all(self.settings.parsed, answers, [s.reference for s in self.samples])
+            self.base_grades = grade_all(self.settings.parsed, self.base_answers, references)[0]
         self._write(step, answers, grades)
         return scores
 
@@ -68,10 +72,12 @@ class GradedEvaluator:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"step-{step:06d}.jsonl"
         base = self.base_answers or [""] * len(answers)
+        base_grades = self.base_grades or [{}] * len(answers)
         with open(path, "w") as fh:
-            for sample, prompt, answer, base_answer, grade in zip(self.samples, self.prompts, answers, base, grades,
-                                                                  strict=True):
+            for sample, prompt, answer, base_answer, grade, base_grade in zip(
+                    self.samples, self.prompts, answers, base, grades, base_grades, strict=True):
                 fh.write(json.dumps({"step": step, "line": sample.line, "prompt": prompt,
                                      "reference": sample.reference, "base_answer": base_answer,
-                                     "answer": answer, "grades": grade}, ensure_ascii=False) + "\n")
+                                     "answer": answer, "grades": grade, "base_grades": base_grade},
+                                    ensure_ascii=False) + "\n")
         shutil.copyfile(path, self.files.eval_samples)

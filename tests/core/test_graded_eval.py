@@ -83,6 +83,8 @@ def test_scores_are_the_graders_on_the_written_answers(files):
         assert len(rows) == 5 and {r["step"] for r in rows} == {report.step}
         grades, means = grade_all(graders, [r["answer"] for r in rows], [r["reference"] for r in rows])
         assert [r["grades"] for r in rows] == grades and report.graded == means
+        base_grades, _ = grade_all(graders, [r["base_answer"] for r in rows], [r["reference"] for r in rows])
+        assert [r["base_grades"] for r in rows] == base_grades  # the same graders on the base model's answers
         assert set(means) == {"grader/numeric", "grader/regex", "grader/json_valid"}
         assert report.to_dict()["grader/numeric"] == means["grader/numeric"] and "graded" not in report.to_dict()
         if report.step == 0:
@@ -94,3 +96,17 @@ def test_scores_are_the_graders_on_the_written_answers(files):
     assert summary["graded_before"] == rec.evals[0].graded and summary["graded_after"] == rec.evals[-1].graded
     metrics = [json.loads(line) for line in t.files.metrics.read_text().splitlines()]
     assert [m["grader/regex"] for m in metrics if m["split"] == "eval"] == [r.graded["grader/regex"] for r in rec.evals]
+
+
+def test_without_a_step_0_evaluation_the_first_one_grades_the_base_answers_too(files):
+    cfg = config(files, "no-start", graded=True)
+    cfg.eval_at_start = False
+    t = Trainer(cfg)
+    t.train()
+    written = sorted(p.name for p in (t.files.root / "eval_samples").iterdir())
+    assert written == ["step-000002.jsonl", "step-000004.jsonl"]
+    rows = [json.loads(line) for line in (t.files.root / "eval_samples.jsonl").read_text().splitlines()]
+    graders, references = t.config.eval.parsed, [r["reference"] for r in rows]
+    assert len(rows) == 5 and all(r["base_answer"] for r in rows)  # generated with the adapter disabled at step 2
+    assert [r["base_grades"] for r in rows] == grade_all(graders, [r["base_answer"] for r in rows], references)[0]
+    assert [r["grades"] for r in rows] == grade_all(graders, [r["answer"] for r in rows], references)[0]

@@ -29,6 +29,8 @@ HOSTILE_EVENT = "<script>alert(2)</script><img src=x onerror=alert(3)> & <b>bold
 
 
 def test_sign_in_keeps_the_key_out_of_urls_and_sign_out_clears_it(ui, alice):
+    ui.get("/ui/sign-in")
+    ui.js("sessionStorage.clear()")  # signed out, whichever test ran before in this tab
     ui.get("/ui/jobs")
     ui.wait(lambda d: "/ui/sign-in?next=%2Fui%2Fjobs" in d.current_url)
     ui.find("#api-key").send_keys("sk-lcsb-not-a-real-key")
@@ -178,6 +180,9 @@ def test_job_page_follows_the_event_stream_and_downloads_the_adapter(ui, alice, 
     ui.wait(lambda d: len(ui.find_all("#artifacts a.download")) >= 4)
     names = ui.js("return Array.from(document.querySelectorAll('#artifacts a.download'), a => a.textContent)")
     assert {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "plots/loss.png"} <= set(names)
+    # no graders in this job: no score chart and no sample table, not even empty boxes (tests/ui/test_graded.py)
+    assert not ui.find("#graded-section").is_displayed() and ui.find_all("#chart-graded *") == []
+    assert not ui.find("#samples-section").is_displayed() and ui.find_all("#samples-table tbody tr") == []
     assert not ui.find("#cancel-button").is_displayed()
     assert ui.js("return Array.from(document.querySelectorAll('#checkpoints a.download'), a => a.textContent)") \
         == ["step 6 adapter"]

@@ -4,22 +4,32 @@
 (function () {
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
-  /* lineChart(div, "step", ["train loss", "eval loss"]) -> {update(points)}, points[i] = [[x, y], ...]. */
-  function lineChart(container, xLabel, names) {
+  /* lineChart(div, "step", ["train loss", "eval loss"]) -> {update(points)}, points[i] = [[x, y], ...].
+     `y`: {label (default "loss"), range ([min, max] fixed; default fitted to the data), format (a value
+     -> the legend's text)}. The uPlot instance is also `div.uplot` (tests read the drawn values). */
+  function lineChart(container, xLabel, names, y) {
     const width = Math.max(320, container.clientWidth || 440);
+    const yOpts = y || {};
     const opts = {
       width: width, height: 240,
-      scales: { x: { time: false } },
-      axes: [{ label: xLabel }, { label: "loss" }],
+      scales: { x: { time: false }, y: yOpts.range ? { range: yOpts.range } : {} },
+      axes: [{ label: xLabel }, { label: yOpts.label || "loss" }],
       series: [{ label: xLabel }].concat(names.map((name, i) => ({
         label: name, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true,
         points: { show: true, size: 4 },
+        ...(yOpts.format ? { value: (u, v) => (v === null || v === undefined ? "--" : yOpts.format(v)) } : {}),
       }))),
     };
     const plot = new uPlot(opts, [[]].concat(names.map(() => [])), container);
+    container.uplot = plot;
     let pending = null;
     return {
       plot: plot,
+      destroy() {
+        clearTimeout(this.timer);
+        plot.destroy();
+        container.uplot = null;
+      },
       update(points) {
         pending = points;
         if (this.timer) return;

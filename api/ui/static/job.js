@@ -1,12 +1,13 @@
 /* A job's page: the job object (polled while it runs), its event stream (events list, loss charts,
-   selection heatmap), memory, downloads, and cancel with an in-page confirmation. */
+   graded scores, selection heatmap), memory, downloads, the graded sample answers, and cancel with an
+   in-page confirmation. */
 "use strict";
 (function () {
   const { apiRetrying, listAll, el, setText, fmtDuration, fmtNum, fmtBytes, TERMINAL } = LCSB;
   const jobId = document.body.dataset.jobId;
   const base = "/v1/fine_tuning/jobs/" + encodeURIComponent(jobId);
   const train = [], evalLoss = [], trainT = [], evalT = [];
-  let t0 = null, job = null, charts = null, heat = null, stream = null, stopped = false;
+  let t0 = null, job = null, charts = null, heat = null, graded = null, samples = null, stream = null, stopped = false;
 
   function notFound() {
     document.getElementById("not-found").hidden = false;
@@ -86,14 +87,17 @@
     const t = t0 === null ? 0 : e.created_at - t0;
     if (e.type === "metrics" && typeof d.train_loss === "number") { train.push([d.step, d.train_loss]); trainT.push([t, d.train_loss]); }
     if (e.type === "metrics" && typeof d.valid_loss === "number") { evalLoss.push([d.step, d.valid_loss]); evalT.push([d.step === 0 ? 0 : t, d.valid_loss]); }  // step 0: the base model, measured after step 1
+    if (e.type === "metrics") graded.add(d);  // an evaluation's grader/<name> scores
     if (Array.isArray(d.selected_layers)) heat.add(d.step, d.selected_layers);
     charts.step.update([train, evalLoss]);
     charts.time.update([trainT, evalT]);
   }
 
   const HISTORY_MAX_BYTES = 32 << 20;  // shade the heatmap from the history up to this size
+  const SAMPLES_MAX_BYTES = 32 << 20;  // eval_samples.jsonl: 512 samples x 512 tokens stay far below
 
-  /* After the run: the resolved config and the per-layer gradient norms (selection history). */
+  /* After the run: the resolved config, the per-layer gradient norms (selection history) and the
+     graded evaluation's sample answers. */
   async function loadRunFiles(artifacts) {
     const byName = new Map(artifacts.map((a) => [a.name, a]));
     const config = byName.get("config.json");
@@ -113,6 +117,13 @@
         heat.shaded = true;
         heat.shade(rows);
       }
+    }
+    const answers = byName.get("eval_samples.jsonl");
+    if (answers && answers.bytes <= SAMPLES_MAX_BYTES && !samples.loaded) {
+      samples.loaded = true;
+      const r = await fetch(answers.download_url, { headers: { Authorization: "Bearer " + LCSB.key() } });
+      if (r.ok) samples.show((await r.text()).split("\n").filter((line) => line.trim()).map((line) => JSON.parse(line)));
+      else samples.loaded = false;
     }
   }
 
@@ -183,6 +194,8 @@
     charts = { step: LCSBCharts.lineChart(document.getElementById("chart-step"), "step", ["train loss", "eval loss"]),
                time: LCSBCharts.lineChart(document.getElementById("chart-time"), "seconds", ["train loss", "eval loss"]) };
     heat = LCSBCharts.heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-caption"));
+    graded = LCSBGraded.scoreChart(document.getElementById("graded-section"), document.getElementById("chart-graded"));
+    samples = LCSBGraded.samplesTable(document.getElementById("samples-section"));
     const models = await apiRetrying("/v1/models", undefined, "models");
     const info = models.ok ? models.body.data.find((m) => m.id === r.body.model) : null;
     heat.setShape(info ? info.num_layers : 0, (r.body.progress || {}).total_steps);

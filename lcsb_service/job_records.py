@@ -5,6 +5,7 @@ context of `lcsb_service.db.Database.session`).
     inputs = job_inputs(s, job_id)              # the job and its uploads, readable after the session
     record_data_report(s, job_id, report)       # what training will see of each file
     record_peak(s, job_id, 1530.25)             # peak memory in MiB, rounded to 0.1
+    queued_estimate(s, job_id)                  # its memory estimate while it is queued, else None
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from lcsb_service.errors import NotFound
 from lcsb_service.models import File, Job, Owner
+from lcsb_service.status import JobStatus
 
 
 @dataclass(frozen=True)
@@ -86,3 +88,13 @@ def record_data_report(session: Session, job_id: str, report: dict[str, Any]) ->
 def record_peak(session: Session, job_id: str, peak_mib: float) -> None:
     """Store the run's measured peak memory (MiB, rounded to 0.1 MiB) on the job."""
     session.execute(update(Job).where(Job.id == job_id).values(peak_memory_mib=round(peak_mib, 1)))
+
+
+def queued_estimate(session: Session, job_id: str) -> dict[str, Any] | None:
+    """The job's recorded `memory_estimate` (MiB by component, `total_mib`; `lcsb_service.jobspec.route`)
+    while it is `queued`; None when it is not queued (claimed, cancelled, ended) or does not exist. A
+    worker reads it to size the job's memory reservation, and again while the job waits for one."""
+    row = session.execute(select(Job.status, Job.memory_estimate).where(Job.id == job_id)).one_or_none()
+    if row is None or row.status != JobStatus.QUEUED:
+        return None
+    return dict(row.memory_estimate or {})

@@ -56,9 +56,12 @@ def _apply(session: Session, job_id: str, allowed: tuple[str, ...], new_status: 
     return session.execute(stmt).scalar_one_or_none()
 
 
-def claim(session: Session, job_id: str, *, worker: str | None = None) -> Job | None:
+def claim(session: Session, job_id: str, *, worker: str | None = None, placement: str | None = None,
+          placement_data: dict[str, Any] | None = None) -> Job | None:
     """queued -> running. Returns the job, or None when it is not queued (already claimed, cancelled,
-    finished): the caller must then do nothing.
+    finished): the caller must then do nothing. The event names the worker and, when given, where on
+    it the job runs ("Fine-tuning job started on w1, slot 2 of 3, 3,840 MiB reserved of 8,192"), with
+    `placement_data` beside `worker` in its data.
 
     Raises:
         NotFound: no such job.
@@ -66,8 +69,9 @@ def claim(session: Session, job_id: str, *, worker: str | None = None) -> Job | 
     now = utcnow()
     job = _apply(session, job_id, (JobStatus.QUEUED,), JobStatus.RUNNING, started_at=now, heartbeat_at=now)
     if job is not None:
-        add_event(session, job_id, f"Fine-tuning job started{f' on {worker}' if worker else ''}",
-                  data={"worker": worker} if worker else None)
+        where = "".join(part for part in (f" on {worker}" if worker else "", f", {placement}" if placement else ""))
+        data = {**({"worker": worker} if worker else {}), **(placement_data or {})}
+        add_event(session, job_id, f"Fine-tuning job started{where}", data=data or None)
     return job
 
 

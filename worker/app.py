@@ -10,13 +10,15 @@ Settings for jobs that run for hours (see the cases' "Job queue"):
 - late acknowledgement and prefetch 1 (`worker_disable_prefetch` as well): a worker holds only the
   message it is running, so a queued job is never stuck behind a long one on a busy worker; a worker
   that dies leaves its message unacknowledged;
-- one job at a time per worker process: the worker runs the `solo` pool (`python -m worker` sets it);
-  the training itself runs in a fresh child process under the memory cap (`worker.training.supervisor`);
+- as many jobs at once as the worker class's `max_concurrent_jobs`: one in the `solo` pool (the
+  default), N in a `threads` pool of N (`worker.main.pool_options`); each training runs in a fresh child
+  process under its memory reservation (`worker.training.supervisor`, `worker.training.admission`);
+  with prefetch disabled, a Redis worker takes a message only when a thread is free;
 - Redis `visibility_timeout` above the longest allowed job (`Settings.resolved_visibility_timeout_s`),
   so a message is not delivered again while its job still runs; if it is anyway, the worker's guarded
   `claim` makes the second delivery a no-op;
-- soft and hard time limits: enforced by the supervisor (the solo pool does not enforce Celery's);
-  Celery's own limits are set above them as a backstop for a prefork pool;
+- soft and hard time limits: enforced by the supervisor (the solo and threads pools do not enforce
+  Celery's); Celery's own limits are set above them as a backstop for a prefork pool;
 - task arguments are ids only (JSON); no result backend: job state lives in the database.
 """
 
@@ -66,7 +68,7 @@ def create_app(settings: Settings, kind: WorkerKind | None = None) -> Celery:
         task_acks_late=True,
         worker_prefetch_multiplier=1,
         worker_disable_prefetch=True,
-        worker_concurrency=1,
+        worker_concurrency=settings.worker_class.max_concurrent_jobs,
         task_serializer="json", accept_content=["json"],
         task_ignore_result=True, result_backend=None,
         task_soft_time_limit=hard_backstop, task_time_limit=hard_backstop + settings.job_kill_grace_s,

@@ -8,11 +8,12 @@ beat-scheduled sweeper).
 
 `--kind` (a `lcsb_service.tasks.WorkerKind`, default `training`) picks the tasks the worker registers:
 the shared ones (`worker.tasks`) and its kind's (`worker.<kind>.tasks`). A training worker consumes
-the queue of its class (`LCSB_WORKER_QUEUE`), one job at a time (solo pool: the training runs in its
-own child process anyway), and runs each job under the class's memory cap. An inference worker
-(`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, one request at a time, and caps its own process
-at `LCSB_INFERENCE_MEMORY_MIB` (`worker.limits`: a cgroup of its own, else an address-space limit)
-before anything loads a model.
+the queue of its class (`LCSB_WORKER_QUEUE`) and runs each job in its own child process: one job at a
+time under the class's memory cap (solo pool), or, with the class's `max_concurrent_jobs` N > 1, up to
+N at once (threads pool, N threads), each under its own memory reservation (`worker.training.admission`).
+An inference worker (`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, one request at a time, and
+caps its own process at `LCSB_INFERENCE_MEMORY_MIB` (`worker.limits`: a cgroup of its own, else an
+address-space limit) before anything loads a model.
 This module reads the settings when it is imported: it is a process entry point.
 """
 
@@ -30,10 +31,20 @@ settings = Settings()
 app = create_app(settings)
 
 
+def pool_options(slots: int) -> list[str]:
+    """Celery's pool for a worker running `slots` jobs at once: `solo` for one (the task runs in the
+    worker's main thread, as before slots existed), else `threads` with one thread per slot (each task
+    thread supervises its own training process; `worker.training.admission` shares the memory)."""
+    return ["--pool", "solo" if slots == 1 else "threads", "--concurrency", str(slots)]
+
+
 def worker_argv(extra: list[str] | None = None, kind: WorkerKind = WorkerKind.TRAINING) -> list[str]:
-    """Celery worker options for this worker's class (an inference worker: the inference queue)."""
-    queue = settings.inference_queue if kind == WorkerKind.INFERENCE else settings.worker_class.queue
-    return ["worker", "--queues", queue, "--pool", "solo", "--concurrency", "1", "--without-mingle",
+    """Celery worker options for this worker's class (an inference worker: the inference queue, one
+    request at a time)."""
+    inference = kind == WorkerKind.INFERENCE
+    queue = settings.inference_queue if inference else settings.worker_class.queue
+    slots = 1 if inference else settings.worker_class.max_concurrent_jobs
+    return ["worker", "--queues", queue, *pool_options(slots), "--without-mingle",
             "--without-gossip", "--without-heartbeat", "--hostname", f"{queue}-{os.getpid()}@%h",
             "--loglevel", settings.log_level, *(extra or [])]
 

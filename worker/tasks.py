@@ -45,8 +45,9 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
         log.info("LCSB worker ready: inference queue %s, process memory %s, %s, base precision %s",
                  s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_precision)
         return
-    log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s; heartbeat bound %.0f s",
-             wc.queue, wc.memory_mib, wc.device, ctx.settings.heartbeat_timeout_s)
+    log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s, %d job slot%s; heartbeat bound %.0f s",
+             wc.queue, wc.memory_mib, wc.device, wc.max_concurrent_jobs, "s" * (wc.max_concurrent_jobs != 1),
+             ctx.settings.heartbeat_timeout_s)
     if ctx.settings.resolved_visibility_timeout_s <= ctx.settings.job_time_limit_s:
         log.warning("the broker's visibility timeout (%.0f s) is not above the job time limit (%.0f s): a long "
                     "job's message will be delivered again while it runs (the claim makes that a no-op)",

@@ -33,6 +33,10 @@ def test_worker_classes_match_the_workers_and_their_limits():
     env = COMPOSE["services"]["api"]["environment"]
     classes = {c["queue"]: c for c in json.loads(env["LCSB_WORKER_CLASSES"])}
     assert set(classes) == {"cpu-8g", "gpu-80g"}
+    from lcsb_service.settings import WorkerClass
+
+    for fields in classes.values():  # every field the example lists is one the settings know, and valid
+        assert set(fields) == set(WorkerClass.model_fields) and WorkerClass(**fields)
     limit_mib = int(COMPOSE["services"]["worker-cpu"]["mem_limit"].rstrip("g")) * 1024
     assert classes["cpu-8g"]["memory_mib"] < limit_mib  # the training child's cap fits the container
     assert env["LCSB_ENVIRONMENT"] == "production" and "LCSB_SECRET_KEY" in env

@@ -110,3 +110,29 @@ def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         module.parse_kind(["--kind", "export"])
     assert "invalid choice: 'export' (choose from 'training', 'inference')" in capsys.readouterr().err
+
+
+def test_the_pool_follows_the_class_slots(tmp_path, monkeypatch):
+    """One job slot (the default): the solo pool, concurrency 1, as before slots existed; N slots: a
+    threads pool of N (each thread supervises its own training process); inference: always solo."""
+    import importlib
+    import json
+
+    def argv(classes: list[dict], kind: WorkerKind = WorkerKind.TRAINING) -> list[str]:
+        monkeypatch.setenv("LCSB_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("LCSB_WORKER_CLASSES", json.dumps(classes))
+        import worker.main
+
+        module = importlib.reload(worker.main)
+        out = module.worker_argv([], kind)
+        return [out[out.index("--pool") + 1], out[out.index("--concurrency") + 1]]
+
+    assert WorkerClass(queue="q", memory_mib=1).max_concurrent_jobs == 1
+    assert argv([{"queue": "q", "memory_mib": 8192}]) == ["solo", "1"]
+    assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}]) == ["threads", "3"]
+    assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.INFERENCE) == ["solo", "1"]
+    with pytest.raises(ValidationError, match="max_concurrent_jobs"):
+        WorkerClass(queue="q", memory_mib=1, max_concurrent_jobs=0)
+    conf = create_app(Settings(data_dir=tmp_path, worker_classes=[WorkerClass(queue="q", memory_mib=8192,
+                                                                              max_concurrent_jobs=4)])).conf
+    assert conf.worker_concurrency == 4

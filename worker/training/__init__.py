@@ -1,7 +1,9 @@
 """The training worker (`python -m worker --kind training`): runs fine-tuning jobs.
 
     tasks.py       TaskName.RUN_TRAINING_JOB(job_id)
-    supervisor.py  claim -> training child under the memory cap -> heartbeat, time limits -> end state
+    admission.py   a delivered job waits, still queued, for its memory reservation in a slot of this worker
+    ledger.py      the worker's memory cap shared by its slots: reservation size, first-fit, release
+    supervisor.py  admit -> claim -> training child under its reservation -> heartbeat, time limits -> end state
     spec.py        ChildSpec: what the supervisor hands the child (typed, validated JSON)
     child.py       the training process (`python -m worker.training.child spec.json`): trainer + JobReporter
     allocator.py   the child's C allocator (jemalloc or glibc)

@@ -87,7 +87,7 @@ def classify(exc: BaseException, *, cap_mib: int | None = None, peak_mib: float 
 def oom_message(cap_mib: int | None, peak_mib: float | None, how: str = "was killed by the kernel") -> str:
     cap = f" of {cap_mib} MiB" if cap_mib else ""
     peak = f" (measured peak {peak_mib:.0f} MiB)" if peak_mib is not None else ""
-    return (f"The training process exceeded the worker's memory cap{cap}{peak} and {how}; lower batch_size, "
+    return (f"The training process exceeded its memory cap{cap}{peak} and {how}; lower batch_size, "
             "max_seq_len, lcsb.k or lora.rank, or enable gradient_checkpointing")
 
 

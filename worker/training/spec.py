@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class ChildSpecError(ValueError):
@@ -52,6 +52,15 @@ class ChildSpec(BaseModel):
     result_path: str                        # where the child writes its Outcome (JSON); its folder holds the inputs
     fine_tuned_model: str                   # the name the published adapters carry
     time_limit_s: float = Field(gt=0)       # for the timeout message (the supervisor enforces it)
+    slot: int = Field(default=1, ge=1)      # which of the worker's job slots runs this job (1-based)
+    slots: int = Field(default=1, ge=1)     # the worker's slots (`WorkerClass.max_concurrent_jobs`): jobs
+                                            # that may run at once on it, sharing its cores or device
+
+    @model_validator(mode="after")
+    def _slot_in_range(self) -> ChildSpec:
+        if self.slot > self.slots:
+            raise ValueError(f"slot {self.slot} is not one of the worker's {self.slots} slots")
+        return self
 
     @property
     def inputs_dir(self) -> Path:

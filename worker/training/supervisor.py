@@ -1,12 +1,16 @@
-"""One job on a worker: claim it, run the training child under the worker's memory cap, keep the job's
-heartbeat, enforce the time limits, and put the job in its terminal state.
+"""One job on a worker: admit it to a slot by memory, claim it, run the training child under its memory
+reservation, keep the job's heartbeat, enforce the time limits, and put the job in its terminal state.
 
     run_job(ctx, job_id, worker="lcsb-cpu@host")  ->  "succeeded" | "failed" | "cancelled" | "skipped"
 
+0. `admission.admit`: a reservation of the worker's memory in one of its `max_concurrent_jobs` slots,
+   waited for while the job stays `queued` (with one slot: the whole cap, at once). None: "skipped".
+   The reservation is released when the job has ended, whatever the outcome.
 1. `transitions.claim` (queued -> running, row-locked): a second delivery of the job gets None and
-   returns "skipped" without touching anything.
-2. A memory cage (`worker.limits`) and a fresh child process (`python -m worker.training.child`, given a
-   `ChildSpec`). While it runs, the
+   returns "skipped" without touching anything. Its event names the worker and the slot.
+2. A memory cage (`worker.limits`) of the reservation's size, so that one job cannot take another's
+   share, and a fresh child process (`python -m worker.training.child`, given a `ChildSpec` that names
+   its slot and the worker's slot count). While it runs, the
    supervisor writes a heartbeat every `heartbeat_interval_s`; at the job's time limit it signals the
    child to stop (SIGUSR1, outcome `timeout`), `job_kill_grace_s` later it kills it. A job that left
    `running` (cancelled, or failed by a reaper) and whose child does not stop within the grace period
@@ -40,7 +44,9 @@ from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
 from worker.context import WorkerContext
 from worker.limits import Cage, create_cage
+from worker.training import admission
 from worker.training.allocator import ChildMalloc, child_malloc
+from worker.training.ledger import Reservation
 from worker.training.outcome import INTERNAL_MESSAGE, Outcome, oom_message, read_outcome
 from worker.training.spec import CageSpec, ChildSpec
 
@@ -51,11 +57,25 @@ POLL_S = 0.1
 
 
 def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
-    """Claim and run one job; returns the job's final status, or "skipped" when it was not queued (a
-    repeated delivery, a job cancelled while queued, an unknown id)."""
+    """Admit, claim and run one job; returns the job's final status, or "skipped" when it was not queued
+    (a repeated delivery, a job cancelled while queued or while it waited for memory, an unknown id, a
+    worker shutting down while the job waited)."""
+    reservation = admission.admit(ctx, job_id, worker=worker)
+    if reservation is None:
+        log.info("job %s is not queued (a repeated delivery, cancelled, or unknown) or the worker is stopping: "
+                 "nothing to do", job_id)
+        return "skipped"
+    try:
+        return _claim_and_run(ctx, job_id, worker, reservation)
+    finally:
+        admission.release(ctx, reservation)
+
+
+def _claim_and_run(ctx: WorkerContext, job_id: str, worker: str, reservation: Reservation) -> str:
     try:
         with ctx.db.session() as s:
-            job = transitions.claim(s, job_id, worker=worker)
+            job = transitions.claim(s, job_id, worker=worker, placement=reservation.describe(),
+                                    placement_data=reservation.to_data())
             owner = owner_name(s, job.owner_id) if job is not None else ""
     except NotFound:
         job = None
@@ -65,7 +85,7 @@ def run_job(ctx: WorkerContext, job_id: str, *, worker: str) -> str:
     name = fine_tuned_model_name(job.model, owner, job.suffix, job.id)
     run_dir, work = _folders(ctx, job.id)
     try:
-        outcome = _train(ctx, job, name, run_dir, work)
+        outcome = _train(ctx, job, name, run_dir, work, reservation)
     except Exception as exc:  # the job must still end
         log.exception("job %s: supervisor error", job_id)
         outcome = Outcome.failed("internal_error", INTERNAL_MESSAGE, detail=f"{type(exc).__name__}: {exc}")
@@ -95,19 +115,22 @@ def _child_env(settings: Settings, malloc: ChildMalloc) -> dict[str, str]:
     return malloc.env(env)
 
 
-def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, work: Path) -> Outcome:
+def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, work: Path,
+           reservation: Reservation) -> Outcome:
     settings, wc = ctx.settings, ctx.settings.worker_class
     for folder in (run_dir, work):  # a run starts afresh
         shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True)
-    cage = create_cage(job.id, wc.memory_mib, device=wc.device, configured_parent=settings.cgroup_parent,
+    cap_mib = reservation.mib   # the job's share of the worker's cap (all of it with one slot)
+    cage = create_cage(job.id, cap_mib, device=wc.device, configured_parent=settings.cgroup_parent,
                        address_space_slack_mib=settings.address_space_slack_mib)
     limit = settings.job_time_limit_s
     spec = ChildSpec(job_id=job.id, database_url=settings.resolved_database_url,
                      storage_url=settings.resolved_storage_url,
                      model_dirs=tuple(str(p) for p in settings.resolved_model_dirs), run_dir=str(run_dir),
                      device=wc.device, cage=CageSpec(**cage.to_spec()), parent_pid=os.getpid(),
-                     result_path=str(work / "outcome.json"), fine_tuned_model=fine_tuned_model, time_limit_s=limit)
+                     result_path=str(work / "outcome.json"), fine_tuned_model=fine_tuned_model, time_limit_s=limit,
+                     slot=reservation.slot, slots=reservation.slots)
     spec_path = work / "spec.json"
     spec.write(spec_path)
     proc = None
@@ -116,10 +139,10 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
         with open(work / "child.log", "wb") as child_log:
             proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, str(spec_path)], stdout=child_log,
                                     stderr=subprocess.STDOUT, env=_child_env(settings, malloc))
-        _event(ctx, job.id, f"Training process started, memory cap {wc.memory_mib} MiB ({cage.describe()}), "
+        _event(ctx, job.id, f"Training process started, memory cap {cap_mib} MiB ({cage.describe()}), "
                f"on {wc.device}, C allocator {malloc.describe()}",
-               data={"pid": proc.pid, "memory_cap_mib": wc.memory_mib, "limiter": cage.kind, "device": wc.device,
-                     "time_limit_s": limit, "malloc": malloc.name})
+               data={"pid": proc.pid, "memory_cap_mib": cap_mib, "limiter": cage.kind, "device": wc.device,
+                     "time_limit_s": limit, "malloc": malloc.name, **reservation.to_data()})
         return _supervise(ctx, job.id, proc, cage, limit, work)
     finally:
         if proc is not None and proc.poll() is None:  # the supervisor itself failed: no orphan training

@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_shutting_down
 
 from lcsb_service.tasks import TaskName
 from worker.context import worker_context
-from worker.training import supervisor
+from worker.training import admission, supervisor
 
 
 @shared_task(name=TaskName.RUN_TRAINING_JOB.value, bind=True, acks_late=True, ignore_result=True)
@@ -29,3 +30,10 @@ def run_export(self, export_id: str) -> str:
     from worker.training import export
 
     return export.run_export(worker_context(self.app), export_id)
+
+
+@worker_shutting_down.connect
+def _stop_admitting(**_kwargs) -> None:
+    """A stopping worker starts no new job: the ones waiting for memory give up and stay queued (the
+    sweeper sends them again); running ones finish (warm shutdown) or die with the worker (cold)."""
+    admission.close_ledger()

@@ -43,7 +43,7 @@ echo "job: $job"
 (umask 077; printf "%s\n" "$LCSB_API_KEY" > runs/service/api_key)
 echo "dashboard: http://127.0.0.1:$PORT/ui/jobs/$job while this runs (sign in with the key in runs/service/api_key)"
 .venv/bin/lcsb jobs follow "$job"
-.venv/bin/lcsb jobs download "$job" --out runs/main-job --what adapter,selection_history,metrics,plots,summary
+.venv/bin/lcsb jobs download "$job" --out runs/main-job --what adapter,selection_history,metrics,plots,summary,eval_samples
 .venv/bin/python - "$job" "$start" <<'PY'
 import json, subprocess, sys, time
 job = json.loads(subprocess.run([".venv/bin/lcsb", "jobs", "get", sys.argv[1], "--json"], check=True,
@@ -53,6 +53,10 @@ print("\nresult")
 print(f"  job              {job['id']}  {job['status']}  ({job.get('fine_tuned_model')})")
 print(f"  eval loss        {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f} "
       f"(64 held-out GSM8K test examples)")
+acc = (summary.get("graded_before") or {}).get("grader/gsm8k_accuracy"), summary.get("graded_after", {}).get("grader/gsm8k_accuracy")
+if acc[1] is not None:
+    print(f"  GSM8K accuracy   {acc[0]:.1%} (base model) -> {acc[1]:.1%} (fine-tuned): the final number of each greedy "
+          "answer against the reference's, 64 held-out questions (method.eval)")
 print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
 print(f"  time             {summary['train_seconds']:.0f} s training, {time.time() - float(sys.argv[2]):.0f} s submit to download")
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
@@ -61,7 +65,9 @@ lr = job["hyperparameters"]["learning_rate"]
 print(f"  learning rate    {lr:g} (peak; {job['hyperparameters']['warmup_steps']} warmup steps, "
       f"{job['hyperparameters']['lr_schedule']} decay; the measured rule, lcsb_core/learning_rate.py)")
 same = "the same" if abs(ref["learning_rate"] - lr) <= 1e-12 else f"ANOTHER ({ref['learning_rate']:g})"
-print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}, peak {ref['peak_memory_mib']:.0f} MiB on this same job "
+ref_acc = (ref.get("graded_after") or {}).get("grader/gsm8k_accuracy")
+ref_acc = f", GSM8K accuracy {ref_acc:.1%}" if ref_acc is not None else ""
+print(f"  full backprop    eval loss {ref['eval_loss_after']:.4f}{ref_acc}, peak {ref['peak_memory_mib']:.0f} MiB on this same job "
       f"at {same} learning rate: a recorded reference ({ref['recorded']}; BENCHMARKS.md, 'The README main job'), "
       "not run now")
 print("  files            runs/main-job/adapter/ (PEFT), runs/main-job/selection_history.jsonl, "

@@ -238,6 +238,7 @@ def measure_knob(args, knob: Knob, conditions: list[str], infer: Process | None,
     env = malloc_env(clean_env(**knob.env()))
     step = Process(role_command("step", args, knob), env, stdin=True)
     train2 = Process(role_command("train", args, knob), env) if "train2" in conditions else None
+    busy: Process | None = None
     try:
         step.wait_ready("the training process")
         seen = json.loads(step.lines[-1])
@@ -248,8 +249,8 @@ def measure_knob(args, knob: Knob, conditions: list[str], infer: Process | None,
         for cond in conditions:
             competitor = None
             if cond in ("busy", "busy-nice"):
-                competitor = Process([sys.executable, "-c", BUSY], clean_env(), nice=19 if cond == "busy-nice" else 0,
-                                     ready_at_start=True)
+                competitor = busy = Process([sys.executable, "-c", BUSY], clean_env(),
+                                            nice=19 if cond == "busy-nice" else 0, ready_at_start=True)
             elif cond in ("infer", "train2"):
                 competitor = infer if cond == "infer" else train2
                 assert competitor is not None
@@ -270,7 +271,7 @@ def measure_knob(args, knob: Knob, conditions: list[str], infer: Process | None,
         step.ask("quit")
         return {"knob": knob.name, "settings": asdict(knob), "seen": seen, "conditions": out}
     finally:
-        for p in (step, train2):
+        for p in (step, train2, busy):  # a busy loop is left running only when timing failed
             if p is not None:
                 p.close()
 

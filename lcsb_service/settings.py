@@ -24,6 +24,7 @@ from lcsb_core.config import DataSettings, TrainConfig
 
 DEFAULT_SECRET = "insecure-development-secret-change-me"
 Malloc = Literal["jemalloc", "glibc"]   # a C allocator the training child can run with
+WaitPolicy = Literal["PASSIVE", "ACTIVE"]   # OpenMP's OMP_WAIT_POLICY for the training child
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                      BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)]
 
@@ -106,10 +107,15 @@ class Settings(BaseSettings):
     worker_runs_dir: Path | None = None                     # run folders; default <data_dir>/runs
     cgroup_parent: Path | None = None                       # default: this process's memory cgroup
     address_space_slack_mib: int = Field(default=8192, ge=0)  # rlimit fallback: cap + this (virtual)
-    # CPU threads of each training process (passed as OMP_NUM_THREADS); None: torch's default, one per
-    # core. On a machine running several workers set it to cores / workers: OpenMP threads beyond the
-    # cores made the small matmuls of a training step about 30x slower on a 2-core test machine.
+    # CPU threads of each training process (OMP_NUM_THREADS). None: derived (`worker.threads`)
+    # from the CPUs the worker may use (affinity and cgroup quota) / the jobs it runs at once; torch's own
+    # default counts the host's cores and ignores a quota, and OpenMP threads beyond the cores made the
+    # small matmuls of a training step about 30x slower on a 2-core test machine.
     worker_torch_threads: int | None = Field(default=None, ge=1)
+    # OMP_WAIT_POLICY of each training process. None: PASSIVE (a thread waiting at a barrier sleeps instead
+    # of holding its core, issue 36). Both, and where they came from, are in the "Training started" event.
+    worker_omp_wait_policy: Annotated[WaitPolicy | None,
+                                      BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = None
     # The C allocator of a CPU worker's training process (`worker.training.allocator`; CUDA workers keep glibc):
     # jemalloc, preloaded, when the worker has it (the README main job's peak 2,861 against 3,733 MiB
     # at the same speed, BENCHMARKS.md 1h), else glibc.

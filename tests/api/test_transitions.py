@@ -16,6 +16,7 @@ from lcsb_service.errors import Conflict, NotFound
 from lcsb_service.events import add_event, record_progress
 from lcsb_service.models import Job, JobEvent
 from tests.api.helpers import job_ok
+from worker.threads import ThreadPolicy
 from worker.training.reporter import EVAL_PROGRESS_EVERY_S, JobReporter
 
 
@@ -245,3 +246,29 @@ def test_a_graded_evaluation_reports_decoding_steps_and_keeps_the_heartbeat(app,
     with db.session() as s:
         event = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.seq.desc())).first()
         assert event.data["eval_phase"] == "graded" and s.get(Job, job_id).heartbeat_at is not None
+
+
+def test_the_start_event_states_the_threads_and_where_they_came_from(db, job_id):
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    info = {"total_steps": 100, "start_step": 0, "config": {"log_every": 1}, "num_layers": 30, "k": 8,
+            "schedule": "topfull", "schedule_description": "30 layers (8 trained per step, topfull)", "full_every": 4,
+            "device": "cpu", "torch_threads": 2, "c_allocator": "jemalloc", "train_examples": 400,
+            "eval_examples": 64, "lora_parameters": 4884480, "learning_rate": 8e-4, "warmup_steps": 5,
+            "lr_schedule": "linear"}
+    policy = ThreadPolicy(threads=2, threads_from="cpu quota", wait_policy="PASSIVE", wait_from="default", cpus=2.0,
+                          slots=1, quota_cpus=2.0, affinity_cpus=8)
+    JobReporter(db, None, job_id, "ft:x", threading.Event(), thread_policy=policy).on_start(info)
+    JobReporter(db, None, job_id, "ft:x", threading.Event()).on_start(info)  # outside a worker: no policy
+    with db.session() as s:
+        stated, bare = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id,
+                                                        JobEvent.message.startswith("Training started"))
+                                 .order_by(JobEvent.seq)).all()
+    assert stated.message == ("Training started: 100 steps, 30 layers (8 trained per step, topfull), 400 examples, "
+                              "cpu, 2 CPU threads (2 CPUs by the cgroup quota / 1 training slot), OpenMP wait PASSIVE; "
+                              "learning rate 0.0008 after 5 warmup steps, linear after that")
+    assert stated.data["thread_policy"] == {"threads": 2, "threads_from": "cpu quota", "wait_policy": "PASSIVE",
+                                            "wait_from": "default", "cpus": 2.0, "slots": 1, "quota_cpus": 2.0,
+                                            "affinity_cpus": 8}
+    assert stated.data["torch_threads"] == 2
+    assert bare.data["thread_policy"] is None and ", cpu; learning rate" in bare.message

@@ -1,6 +1,6 @@
 """The bench package's import structure (docs/ARCHITECTURE.md: bench sits on top of the layers): the
 modules import each other without a cycle (counting imports inside functions too), and only the benchmark
-of the worker's training loop imports worker code. (That bench imports no tests is one of the house's
+of the worker's training loop and the one of its thread policy import worker code. (That bench imports no tests is one of the house's
 import rules, tests/test_import_rules.py.)"""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 from bench.common.paths import ROOT
 
 BENCH = ROOT / "bench"
-WORKER_IMPORTERS = {"bench.trainer_overhead"}  # mode (c) times the worker child's own callbacks
+# trainer_overhead's mode (c) times the worker child's own callbacks; contention measures the worker's thread
+# policy (`worker.threads`) with the child's allocator
+WORKER_IMPORTERS = {"bench.trainer_overhead", "bench.contention"}
 
 
 def _module(path: Path) -> str:

@@ -58,6 +58,10 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert [e["data"]["step"] for e in steps] == [1, 2, 3, 4, 5, 6]
     started = next(e for e in events if e["message"].startswith("Training started"))
     assert started["data"]["torch_threads"] == settings.worker_torch_threads == 1
+    policy = started["data"]["thread_policy"]  # the supervisor's choice, passed to the training process
+    assert (policy["threads"], policy["threads_from"], policy["wait_policy"], policy["slots"]) == (
+        1, "override", "PASSIVE", 1)
+    assert "cpu, 1 CPU thread (LCSB_WORKER_TORCH_THREADS), OpenMP wait PASSIVE;" in started["message"]
     assert started["data"]["c_allocator"] == "jemalloc"  # settings.worker_malloc's default, seen from inside
     process = next(e for e in events if e["message"].startswith("Training process started"))
     assert process["data"]["malloc"] == "jemalloc" and process["message"].endswith("C allocator jemalloc")

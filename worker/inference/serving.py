@@ -34,6 +34,7 @@ from lcsb_service.errors import NotFound
 from lcsb_service.served_models import ServedModel, resolve
 from lcsb_service.streams import TokenStreams, token_streams
 from worker.context import WorkerContext
+from worker.threads import thread_policy
 
 log = logging.getLogger(__name__)
 _engines: dict[str, Any] = {}
@@ -47,10 +48,11 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
     with _lock:
         if base.name not in _engines:
             s = ctx.settings
-            if s.worker_torch_threads:
-                import torch
+            import torch
 
-                torch.set_num_threads(s.worker_torch_threads)
+            # the training rule's thread count (the override, else this worker's CPUs: affinity and cgroup
+            # quota); its wait policy would have to be set before torch loads OpenMP, so decoding keeps libgomp's
+            torch.set_num_threads(thread_policy(override=s.worker_torch_threads).threads)
             t0 = time.monotonic()
             _engines[base.name] = InferenceEngine(base.path, precision=s.inference_precision, device=s.inference_device,
                                                   max_adapters=s.inference_adapter_cache_count,

@@ -113,11 +113,13 @@ def train(spec: ChildSpec, stop: threading.Event) -> Outcome:
     """Run the job's training; every ending becomes an Outcome (nothing is raised)."""
     from lcsb_service.db import Database
     from lcsb_service.storage import Storage
+    from worker.threads import ThreadPolicy
     from worker.training.divergence import DivergenceWatch
     from worker.training.reporter import JobReporter
 
     db, storage = Database(spec.database_url), Storage(spec.storage_url)
-    reporter = JobReporter(db, storage, spec.job_id, spec.fine_tuned_model, stop)
+    reporter = JobReporter(db, storage, spec.job_id, spec.fine_tuned_model, stop,
+                           thread_policy=ThreadPolicy.from_env(os.environ))
     watch = DivergenceWatch(db, spec.job_id, spec.run_dir)
     names: dict[str, str] = {}
     try:

@@ -3,9 +3,11 @@ run goes, publishes each checkpoint's adapter to storage, and answers the loop's
 question from the job row (`transitions.should_stop`) or the supervisor's time-limit signal.
 
 Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
-    on_start       "Training started: 100 steps, 30 layers (8 trained per step, cyclic), cpu; learning rate
-                   0.0008 after 5 warmup steps, linear after that"; data: the run's facts, with the resolved
-                   learning_rate, warmup_steps and lr_schedule
+    on_start       "Training started: 100 steps, 30 layers (8 trained per step, cyclic), cpu, 2 CPU threads (2 CPUs
+                   by the CPU affinity / 1 training slot), OpenMP wait PASSIVE; learning rate 0.0008 after 5
+                   warmup steps, linear after that"; data: the run's facts, with the resolved learning_rate,
+                   warmup_steps and lr_schedule, torch_threads (what torch runs with) and thread_policy (the
+                   supervisor's choice and where it came from, `worker.threads`; None outside a worker)
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers
@@ -42,6 +44,7 @@ from lcsb_service.artifacts import publish_checkpoint
 from lcsb_service.db import Database
 from lcsb_service.events import add_event, heartbeat, record_progress
 from lcsb_service.storage import Storage
+from worker.threads import ThreadPolicy
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +65,14 @@ def _reporting(what: str, job_id: str) -> Iterator[None]:
 
 
 class JobReporter(TrainerCallback):
-    """Reports one job. `stop` is set by the child's time-limit signal handler."""
+    """Reports one job. `stop` is set by the child's time-limit signal handler; `thread_policy` is the
+    threads and OpenMP wait policy the supervisor gave the process (`ThreadPolicy.from_env`), stated in
+    the start event."""
 
     def __init__(self, db: Database, storage: Storage, job_id: str, fine_tuned_model: str,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, *, thread_policy: ThreadPolicy | None = None) -> None:
         self.db, self.storage, self.job_id = db, storage, job_id
+        self.thread_policy = thread_policy
         self.fine_tuned_model, self.stop = fine_tuned_model, stop
         self.steps_done, self.trained_tokens, self.peak_mib = 0, 0, 0.0
         self.total_steps: int | None = None
@@ -81,15 +87,18 @@ class JobReporter(TrainerCallback):
         self.total_steps, self.steps_done = info["total_steps"], info["start_step"]
         cfg = info["config"]
         self.log_every = int(cfg.get("log_every", 1))
+        policy = self.thread_policy
+        threads = f", {policy.describe()}" if policy else ""
         with _reporting("the start", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, "
-                      f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}; "
+                      f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}{threads}; "
                       f"learning rate {info['learning_rate']:.3g} after {info['warmup_steps']} warmup steps, "
                       f"{info['lr_schedule']} after that",
-                      data={k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every", "device",
-                                                 "torch_threads", "c_allocator", "train_examples", "eval_examples",
-                                                 "lora_parameters", "start_step", "learning_rate", "warmup_steps",
-                                                 "lr_schedule")})
+                      data={**{k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every",
+                                                    "device", "torch_threads", "c_allocator", "train_examples",
+                                                    "eval_examples", "lora_parameters", "start_step",
+                                                    "learning_rate", "warmup_steps", "lr_schedule")},
+                            "thread_policy": policy.to_dict() if policy else None})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 
     def on_step(self, r: StepReport) -> None:

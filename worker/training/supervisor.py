@@ -44,6 +44,7 @@ from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
 from worker.context import WorkerContext
 from worker.limits import Cage, create_cage
+from worker.threads import thread_policy
 from worker.training import admission
 from worker.training.allocator import ChildMalloc, child_malloc
 from worker.training.ledger import Reservation
@@ -106,13 +107,13 @@ def _folders(ctx: WorkerContext, job_id: str) -> tuple[Path, Path]:
     return run_dir, run_dir.with_name(f".{job_id}")
 
 
-def _child_env(settings: Settings, malloc: ChildMalloc) -> dict[str, str]:
-    """The training process's environment: this process's, unbuffered output, OMP_NUM_THREADS when
-    `worker_torch_threads` is set (torch reads it at import), and `malloc`'s LD_PRELOAD."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if settings.worker_torch_threads:
-        env["OMP_NUM_THREADS"] = str(settings.worker_torch_threads)
-    return malloc.env(env)
+def _child_env(settings: Settings, malloc: ChildMalloc, slots: int = 1) -> dict[str, str]:
+    """The training process's environment: this process's, unbuffered output, its threads and OpenMP wait
+    policy (`worker.threads`: the settings' override, else derived from this worker's CPUs and
+    its `slots` concurrent jobs; torch and OpenMP read them at start) and `malloc`'s LD_PRELOAD."""
+    policy = thread_policy(override=settings.worker_torch_threads, wait_policy=settings.worker_omp_wait_policy,
+                           slots=slots)
+    return malloc.env({**os.environ, "PYTHONUNBUFFERED": "1", **policy.env()})
 
 
 def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, work: Path,
@@ -138,7 +139,7 @@ def _train(ctx: WorkerContext, job: Job, fine_tuned_model: str, run_dir: Path, w
     try:
         with open(work / "child.log", "wb") as child_log:
             proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, str(spec_path)], stdout=child_log,
-                                    stderr=subprocess.STDOUT, env=_child_env(settings, malloc))
+                                    stderr=subprocess.STDOUT, env=_child_env(settings, malloc, reservation.slots))
         _event(ctx, job.id, f"Training process started, memory cap {cap_mib} MiB ({cage.describe()}), "
                f"on {wc.device}, C allocator {malloc.describe()}",
                data={"pid": proc.pid, "memory_cap_mib": cap_mib, "limiter": cage.kind, "device": wc.device,

@@ -1,7 +1,7 @@
 """The bench package's import structure (docs/ARCHITECTURE.md: bench sits on top of the layers): the
 modules import each other without a cycle (counting imports inside functions too), and only the benchmark
-of the worker's training loop and the one of its thread policy import worker code. (That bench imports no tests is one of the house's
-import rules, tests/test_import_rules.py.)"""
+of the worker's training loop and the one of its thread policy import worker code. (That bench imports
+no tests is one of the house's import rules, tests/test_import_rules.py.)"""
 
 from __future__ import annotations
 

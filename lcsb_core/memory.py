@@ -23,8 +23,8 @@ V vocab, L decoder layers):
     loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2
     evaluation   graded evaluation (`method.eval`), between steps: runtime + weights + lora_state + the
                  KV cache of one `generate` call (G = `generation_tokens` x L x 2 x kv heads x head dim
-                 x 2 or 4 B) + on a CPU NF4 base the decoder's linear weights dequantized once to fp32
-                 (`quantization.dequantized_weights`: linear params x 4 B) + one layer's
+                 x 2 or 4 B) + on a CPU NF4 base the decoder's linear weights dequantized once
+                 (`quantization.dequantized_weights`: linear params x 2 or 4 B) + one layer's
                  per-token buffers for G tokens (the prompt's forward)
     The run's peak is the largest of loading, training and evaluation.
 
@@ -136,7 +136,7 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         act_bytes = 4 if act_scale != 1.0 else 2
         heads = model_config["num_attention_heads"]
         kv_width = (model_config.get("num_key_value_heads") or heads) * (model_config.get("head_dim") or h // heads)
-        dequantized = linear_params * 4 if quantization == "nf4" and not device.startswith("cuda") else 0
+        dequantized = linear_params * act_bytes if quantization == "nf4" and not device.startswith("cuda") else 0
         evaluation = (runtime * MIB + weights + lora_params * 20 + generation_tokens * L * 2 * kv_width * act_bytes
                       + dequantized + generation_tokens * (24 * h + 12 * i) * act_scale) / MIB
     return MemoryEstimate(

@@ -7,17 +7,9 @@ padding, stopping each row at the model's end-of-sequence or end-of-turn token. 
 length and batched up to `GENERATION_TOKENS` (less padding, few calls); answers come back in the prompts'
 order.
 
-On CPU an NF4 base's linear layers run in fp32 from weights dequantized once per call
-(`models.quantization.dequantized_weights`), without bf16 autocast. bitsandbytes would dequantize every
-weight for every new token, and a bf16 product with the few rows of a decoding step is slow on CPU
-(BENCHMARKS.md, "Graded evaluation cost"). The answers are then those of the NF4 weights computed in
-fp32, as the inference worker serves on CPU (fp32), not bit-identical to a bf16 forward: greedy decoding
-diverges on near-ties (measured: 7 of 16 GSM8K answers of 32 tokens identical to the bf16 ones).
-
-What training must find unchanged afterwards, and is restored here: the RNG states (CPU and the
-model's CUDA device; greedy decoding draws nothing, but a library may), every module's train/eval mode,
-the config's `use_cache` (off while training), the tokenizer's padding side. The LCSB layer modes need
-nothing: `lcsb_core.selective` runs a plain forward whenever autograd is off, as it is here.
+On CPU an NF4 base's weights are dequantized once per call (`models.quantization.dequantized_weights`)
+instead of once per layer per new token, with the same arithmetic (bit-identical outputs). Its cost on
+2 CPU cores: BENCHMARKS.md, "Graded evaluation cost" (a bf16 product in fp32 was measured slower there).
 """
 
 from __future__ import annotations
@@ -114,9 +106,8 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
     `token_budget`: most rows x (longest prompt + max_new_tokens) per `generate` call (one row at least).
     `on_token(done, total)`: called after every decoding step (`done` steps over all calls so far, of
     `total` = calls x max_new_tokens at most), so a caller can show progress and keep a heartbeat.
-    Runs under `training_state_kept`; a CPU NF4 base computes its linear layers in fp32 from weights
-    dequantized once per call (`quantization.dequantized_weights(model, torch.float32)`, autocast off),
-    any other model under its autocast (`loss.autocast_for`)."""
+    Runs under `training_state_kept` and the model's autocast (`loss.autocast_for`); a CPU NF4 base's
+    weights are dequantized once per call (`quantization.dequantized_weights`; same outputs)."""
     specials = list(add_special_tokens) if add_special_tokens is not None else [False] * len(prompts)
     encoded = [tokenizer(p, add_special_tokens=s)["input_ids"] for p, s in zip(prompts, specials, strict=True)]
     if max_prompt_tokens:
@@ -128,8 +119,7 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
     answers: list[str] = [""] * len(prompts)
     batches = list(_batches(order, [len(ids) for ids in encoded], max_new_tokens, token_budget))
     ticks = _Ticks(on_token, len(batches) * max_new_tokens)
-    with training_state_kept(model, tokenizer), dequantized_weights(model, torch.float32) as dequantized, \
-            (contextlib.nullcontext() if dequantized["layers"] else autocast_for(model)):
+    with training_state_kept(model, tokenizer), autocast_for(model), dequantized_weights(model):
         for rows in batches:
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)

@@ -3,6 +3,7 @@
     row = request_export(session, enqueuer, job, formats=["adapter"], checkpoint_step=None)  # queued
     rows = list_exports(session, job.id); row = find_export(session, job.id, "ftexp-...")
     row = claim_export(session, export_id)            # queued -> running, None when not queued
+    # lost messages and workers: `lcsb_service.sweeper.resend_queued_exports` / `reap_lost_exports`
     finish_export(session, export_id, files=[...], manifest={...}); fail_export(session, export_id, code, msg)
 
 Request-time checks (nothing is queued when one fails): 409 for a job that has not succeeded; 400
@@ -15,6 +16,7 @@ plain LoRA, so lm_head or embed_tokens targets on a tied base are what it can me
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -72,8 +74,9 @@ def request_export(session: Session, enqueuer: object, job: Job, *, formats: lis
     ).first() is None:
         raise NotFound(f"job {job.id} has no checkpoint at step {checkpoint_step} (GET .../checkpoints lists them)",
                        code="checkpoint_not_found", param="checkpoint_step")
+    now = utcnow()
     row = JobExport(id=new_id("ftexp"), job_id=job.id, status=QUEUED, formats=list(asked),
-                    checkpoint_step=checkpoint_step, files=[], created_at=utcnow())
+                    checkpoint_step=checkpoint_step, files=[], created_at=now, sent_at=now)
     session.add(row)
     session.flush()
     export_id, queue = row.id, job.queue
@@ -129,15 +132,16 @@ def checkpoint_key(session: Session, job_id: str, step: int) -> str | None:
                                                                Checkpoint.step_number == step)).scalar_one_or_none()
 
 
-def _move(session: Session, export_id: str, allowed: tuple[str, ...], status: str, **values: Any) -> JobExport | None:
-    stmt = (update(JobExport).where(JobExport.id == export_id, JobExport.status.in_(allowed))
+def _move(session: Session, export_id: str, allowed: tuple[str, ...], status: str, *guards: Any,
+          **values: Any) -> JobExport | None:
+    stmt = (update(JobExport).where(JobExport.id == export_id, JobExport.status.in_(allowed), *guards)
             .values(status=status, **values).returning(JobExport).execution_options(populate_existing=True))
     return session.execute(stmt).scalar_one_or_none()
 
 
 def claim_export(session: Session, export_id: str) -> JobExport | None:
-    """queued -> running; None when it is not queued (a repeated delivery: do nothing)."""
-    return _move(session, export_id, (QUEUED,), RUNNING)
+    """queued -> running, `started_at` now; None when it is not queued (a repeated delivery: do nothing)."""
+    return _move(session, export_id, (QUEUED,), RUNNING, started_at=utcnow())
 
 
 def finish_export(session: Session, export_id: str, *, files: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
@@ -145,7 +149,12 @@ def finish_export(session: Session, export_id: str, *, files: list[dict[str, Any
     _move(session, export_id, (RUNNING,), SUCCEEDED, files=files, manifest=manifest, finished_at=utcnow())
 
 
-def fail_export(session: Session, export_id: str, code: str, message: str) -> None:
-    """queued | running -> failed with an error code and a plain message."""
-    _move(session, export_id, (QUEUED, RUNNING), FAILED, error_code=code, error_message=message,
-          finished_at=utcnow())
+def fail_export(session: Session, export_id: str, code: str, message: str, *,
+                started_before: datetime | None = None) -> bool:
+    """queued | running -> failed with an error code and a plain message; with `started_before`, only a
+    `running` export claimed before then (the sweeper's guard). True when it moved."""
+    if started_before is None:
+        return _move(session, export_id, (QUEUED, RUNNING), FAILED, error_code=code, error_message=message,
+                     finished_at=utcnow()) is not None
+    return _move(session, export_id, (RUNNING,), FAILED, JobExport.started_at < started_before,
+                 error_code=code, error_message=message, finished_at=utcnow()) is not None

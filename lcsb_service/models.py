@@ -168,7 +168,8 @@ class JobExport(Base):
     """An export of a succeeded job's adapter (final or a checkpoint's) to GGUF files and an Ollama bundle
     (`lcsb_core.export`). `status`: queued | running | succeeded | failed; `files`: one entry per file
     (`name`, `format`, `bytes`, `sha256`, `effect_kept`, `storage_key`); `manifest`: the export's
-    manifest.json."""
+    manifest.json. `sent_at`: when its task was last sent to the queue; `started_at`: when a worker claimed
+    it (the sweeper's clocks for a lost message and a lost worker)."""
 
     __tablename__ = "job_exports"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -181,6 +182,8 @@ class JobExport(Base):
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None]
+    started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     __table_args__ = (Index("ix_job_exports_job_created", "job_id", "created_at"),)
 

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     # message may be lost; the claim makes extra deliveries no-ops).
     api_sweeper: bool = True
     resend_queued_after_s: float = Field(default=30.0, gt=0)
+    # A GGUF export runs in its task's own process with no heartbeat (seconds: BENCHMARKS.md, "GGUF
+    # export"); one still `running` this long after its claim lost its worker and fails `worker_lost`.
+    export_lost_after_s: float = Field(default=900.0, gt=0)
     # Uploads are written under a temporary name and renamed when complete; temporary objects not
     # written for `stale_upload_after_s`, and stored uploads with no row, are removed at API start.
     stale_upload_after_s: float = Field(default=600.0, ge=0)

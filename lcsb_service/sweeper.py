@@ -3,6 +3,8 @@ be lost. Service code: it imports only `lcsb_service`, and both the API and the 
 
     reap_lost(db, heartbeat_timeout_s)        running, heartbeat older than the bound -> failed worker_lost
     resend_queued(db, enqueuer, after_s)      queued, last sent over `after_s` ago -> sent to its queue again
+    reap_lost_exports(db, lost_after_s)       export running since over `lost_after_s` -> failed worker_lost
+    resend_queued_exports(db, sender, after_s)  export queued, last sent over `after_s` ago -> sent again
 
 It runs in every API process (started with the app, `api.main`), so it does not depend on any worker
 being alive, and in every worker (when it starts, then every `Settings.reaper_interval_s` in a thread,
@@ -21,18 +23,21 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import cast
 
 from sqlalchemy import CursorResult, select, update
 
 from lcsb_service import transitions
-from lcsb_service.db import Database
-from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
+from lcsb_service.db import Database, after_commit
+from lcsb_service.enqueue import Enqueuer, TaskSender, enqueue_after_commit
 from lcsb_service.events import add_event
+from lcsb_service.exports import QUEUED, RUNNING, fail_export
 from lcsb_service.ids import utcnow
-from lcsb_service.models import Job, JobEvent
+from lcsb_service.models import Job, JobEvent, JobExport
 from lcsb_service.settings import Settings
 from lcsb_service.status import JobStatus
+from lcsb_service.tasks import TaskName
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +103,68 @@ def resend_queued(db: Database, enqueuer: Enqueuer, after_s: float) -> list[str]
     return sent
 
 
+def reap_lost_exports(db: Database, lost_after_s: float) -> list[str]:
+    """Fail every export still `running` more than `lost_after_s` seconds after a worker claimed it
+    (`started_at`), with code `worker_lost` and a message that says to request it again; returns their ids.
+
+    An export runs in its task's own process for seconds and has no heartbeat: one running this long lost
+    its worker (killed, out of memory, the machine gone). Its redelivered message finds it `running` and
+    does nothing, so without this it would stay `running` forever. The transition is guarded (`running`
+    and `started_at` still old), so several sweepers at once fail it once, and a worker that finishes
+    meanwhile wins.
+    """
+    cutoff = utcnow() - timedelta(seconds=lost_after_s)
+    with db.session() as s:
+        stale = list(s.execute(select(JobExport.id, JobExport.started_at)
+                               .where(JobExport.status == RUNNING, JobExport.started_at < cutoff)))
+    reaped = []
+    for export_id, started in stale:
+        silent = (utcnow() - (_aware(started) or cutoff)).total_seconds()
+        with db.session() as s:
+            moved = fail_export(s, export_id, "worker_lost",
+                                f"The worker making this export stopped before it finished (running for "
+                                f"{silent:.0f} s, limit {lost_after_s:.0f} s); request the export again",
+                                started_before=cutoff)
+        if moved:
+            log.warning("export %s: running for %.0f s, failed as worker_lost", export_id, silent)
+            reaped.append(export_id)
+    return reaped
+
+
+def resend_queued_exports(db: Database, sender: object, after_s: float) -> list[str]:
+    """Send again (`TaskName.RUN_EXPORT`, to its job's queue) every export still `queued` whose last send
+    (`sent_at`) is older than `after_s` seconds; returns the ids sent ([] when `sender` cannot send tasks).
+
+    As for jobs: a guarded UPDATE of `sent_at` makes several sweepers send it once per period, and the
+    worker's `claim_export` makes the extra deliveries no-ops.
+    """
+    if not isinstance(sender, TaskSender):
+        return []
+    cutoff = utcnow() - timedelta(seconds=after_s)
+    with db.session() as s:
+        stale = list(s.execute(select(JobExport.id, Job.queue).join(Job, Job.id == JobExport.job_id)
+                               .where(JobExport.status == QUEUED, JobExport.sent_at < cutoff)))
+    sent = []
+    for export_id, queue in stale:
+        with db.session() as s:
+            moved = cast(CursorResult, s.execute(
+                update(JobExport).where(JobExport.id == export_id, JobExport.status == QUEUED,
+                                        JobExport.sent_at < cutoff).values(sent_at=utcnow()))).rowcount
+            if not moved:
+                continue  # claimed or re-sent by another sweeper meanwhile
+            after_commit(s, partial(sender.send, TaskName.RUN_EXPORT, export_id, queue))
+        log.info("export %s: still queued, re-sent to %s", export_id, queue)
+        sent.append(export_id)
+    return sent
+
+
 def sweep(db: Database, enqueuer: Enqueuer, settings: Settings) -> None:
-    """One reaper pass; errors are logged (the next pass retries)."""
+    """One reaper pass (jobs, then exports); errors are logged (the next pass retries)."""
     try:
         reap_lost(db, settings.heartbeat_timeout_s)
         resend_queued(db, enqueuer, settings.resend_queued_after_s)
+        reap_lost_exports(db, settings.export_lost_after_s)
+        resend_queued_exports(db, enqueuer, settings.resend_queued_after_s)
     except Exception:
         log.warning("reaper pass failed", exc_info=True)
 

@@ -45,7 +45,7 @@
     if (j.finished_at) text += ` · finished ${LCSB.fmtTime(j.finished_at)}`;
     setText("job-progress-text", text);
     document.getElementById("cancel-button").hidden = TERMINAL.includes(j.status);
-    document.getElementById("export-button").hidden = j.status !== "succeeded";
+    document.getElementById("export-form").hidden = j.status !== "succeeded";
     setText("hyperparameters", JSON.stringify(j.hyperparameters, null, 2));
     setText("method", JSON.stringify(j.method, null, 2));
     renderMemory(j);
@@ -138,30 +138,58 @@
     const cps = await listAll(base + "/checkpoints", 5, "checkpoints");
     const cl = document.getElementById("checkpoints");
     if (cps.ok && cps.data.length) {
+      renderCheckpointChoice(cps.data.map((c) => String(c.step_number)));
       cl.replaceChildren(...cps.data.map((c) => el("li", {},
         LCSB.downloadLink(c.download_url, `${jobId}-step-${c.step_number}-adapter.tar.gz`, `step ${c.step_number} adapter`),
         " ", el("span", { class: "muted" }, fmtBytes(c.bytes)))));
     }
   }
 
-  /* GGUF exports (POST .../exports; the files are made by a worker): list them, poll the unfinished. */
+  /* The export form's adapter choice: "final" and each checkpoint's step. Rebuilt only when the steps
+     change (downloads reload when the stream ends), keeping what the user picked. */
+  function renderCheckpointChoice(steps) {
+    const select = document.getElementById("export-checkpoint");
+    if (select.dataset.steps === steps.join(",")) return;
+    const picked = select.value;
+    select.dataset.steps = steps.join(",");
+    select.replaceChildren(el("option", { value: "" }, "final"),
+      ...steps.map((step) => el("option", { value: step }, `step ${step} checkpoint`)));
+    if (steps.includes(picked)) select.value = picked;
+  }
+
+  /* GGUF exports (POST .../exports; the files are made by a worker): list them, poll the unfinished
+     (one poll loop at a time). */
+  let exportsTimer = null;
   async function loadExports() {
+    clearTimeout(exportsTimer);
     const r = await apiRetrying(base + "/exports", undefined, "exports");
     if (!r.ok || !r.body.data.length) return;
-    document.getElementById("exports").replaceChildren(...r.body.data.map((x) => el("li", {},
-      el("span", {}, `${x.formats.join(", ")}: ${x.status}`),
-      ...(x.error ? [" ", el("span", { class: "muted" }, x.error.message)] : []),
+    document.getElementById("exports").replaceChildren(...r.body.data.map((x) => el("li", { dataset: { exportId: x.id, status: x.status } },
+      el("span", { class: "export-status" }, `${x.formats.join(", ")}` +
+        (x.checkpoint_step ? ` (step ${x.checkpoint_step})` : "") + `: ${x.status}`),
+      ...(x.error ? [" ", el("span", { class: "error" }, x.error.message)] : []),
       ...x.files.map((f) => el("span", {}, " ", LCSB.downloadLink(f.download_url, f.name, f.name),
         el("span", { class: "muted" }, ` ${fmtBytes(f.bytes)}` +
           (f.effect_kept === null || f.effect_kept === undefined ? "" : `, effect kept ${(100 * f.effect_kept).toFixed(1)} %`)))))));
-    if (r.body.data.some((x) => !TERMINAL.includes(x.status))) setTimeout(loadExports, 2000);
+    if (r.body.data.some((x) => !TERMINAL.includes(x.status))) exportsTimer = setTimeout(loadExports, 2000);
   }
 
+  /* The export form: the chosen formats and adapter (final or a checkpoint's step); a refusal shows the
+     API's message under the form. */
   function bindExport() {
-    document.getElementById("export-button").addEventListener("click", async () => {
-      const r = await LCSB.api(base + "/exports", { method: "POST", json: {} });
-      if (!r.ok) LCSB.alertBox("Export failed: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
-      loadExports();
+    const form = document.getElementById("export-form"), error = document.getElementById("export-error");
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const formats = Array.from(form.querySelectorAll("input[name=format]:checked"), (c) => c.value);
+      const step = document.getElementById("export-checkpoint").value;
+      const button = document.getElementById("export-button");
+      button.disabled = true;
+      const r = await LCSB.api(base + "/exports", { method: "POST", json: { formats: formats, checkpoint_step: step ? Number(step) : null } });
+      button.disabled = false;
+      error.hidden = r.ok;
+      error.textContent = r.ok ? "" : "Export refused: " + ((r.body && r.body.error && r.body.error.message) ||
+        (r.status ? "the service answered HTTP " + r.status : "the service did not answer"));
+      if (r.ok) loadExports();
     });
   }
 

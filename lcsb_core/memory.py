@@ -15,11 +15,24 @@ V vocab, L decoder layers):
                  AdamW m and v, and the history's pre-step snapshot
     activations  (layers that keep autograd state) x B*T x (24 H + 12 I) B, plus the LM head's saved
                  logits 9 B x N x V. Layers that keep state: full -> L; freeze -> L (worst block: the
-                 lowest, everything above it is back-propagated); LCSB -> k. With gradient
-                 checkpointing a kept layer stores only its input (4 H B/token) and one layer is
-                 recomputed at a time.
+                 lowest, everything above it is back-propagated); LCSB -> k; split -> see split. With
+                 gradient checkpointing a kept layer stores only its input (4 H B/token) and one layer
+                 is recomputed at a time.
     transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
                  (backward temporaries, allocator slack)
+    split        a depth split (`split`, `DepthSplit`) runs two passes one after the other, each a
+                 forward and backward per micro-batch (`lcsb_core.step.run_step`): the deep pass with
+                 B_d = min(B, D) rows x all L layers, then the shallow pass with B_s = min(B, W - D)
+                 rows x the top k (W = B x gradient_accumulation_steps rows a step, D =
+                 `lcsb_core.schedules.deep_rows(W, deep_fraction)`). Activations and transient are
+                 those of the pass whose sum of the two is larger, each pass's terms with its own
+                 rows (B_d*T or B_s*T tokens, the LM head's included): max(pass(B_d, L), pass(B_s, k)).
+                 The first pass leaves behind only the LoRA gradients of every layer, which
+                 lora_state already holds, and the C allocator's free pages, which the shallow pass
+                 mostly reuses: on SmolLM2 NF4 4 x 256 (bf16, a second step's peak over the resident
+                 set before it) the split step peaked at 758-785 MiB, its shallow pass alone at 680
+                 and its deep pass alone at 474; this model gives 846 + 19 (gradients), so the
+                 transient term's slack covers what the deep pass leaves.
     loading      the peak while loading: runtime + the checkpoint files (memory-mapped) + weights x 2
     evaluation   graded evaluation (`method.eval`), between steps: runtime + weights + lora_state + the
                  KV cache of one `generate` call (G = `generation_tokens` x L x 2 x kv heads x head dim
@@ -46,6 +59,7 @@ from lcsb_core.models.shapes import parameter_count, projection_shapes
 
 if TYPE_CHECKING:
     from lcsb_core.config import TrainConfig
+    from lcsb_core.schedules import Schedule
 
 MIB = 1024 * 1024
 RUNTIME_MIB = {"cpu": 800.0, "cuda": 600.0}
@@ -55,6 +69,38 @@ FP32_ACTIVATION_SCALE = 1.25
 not 2x, because under bf16 autocast autograd also keeps fp32 copies beside the bf16 tensors. Fitted on
 an AVX2 CPU (NF4 computing in fp32) to the peaks of tests/core/test_memory.py's seven configurations:
 with 2.0 every estimate was 10-42 % high, with 1.25 they fall within -14 % to +13 %."""
+
+
+@dataclass(frozen=True)
+class DepthSplit:
+    """The two forward/backward passes of a `split` step, per micro-batch: `deep_rows` rows through all
+    of the step's back-propagated layers, then `shallow_rows` rows (0: no shallow pass) through
+    `shallow_layers` decoder layers (`depth_split_for` derives it from a schedule)."""
+
+    deep_rows: int
+    shallow_rows: int
+    shallow_layers: int
+
+
+def depth_split_for(schedule: Schedule, *, batch_size: int, accumulation_steps: int) -> DepthSplit | None:
+    """The passes of a step of `schedule` with `batch_size` rows per micro-batch and `accumulation_steps`
+    micro-batches a step, as `lcsb_core.step.run_step` runs them: `split_rows` takes the window's first
+    D = `deep_rows(W, deep_fraction)` of its W rows across micro-batches, so a deep micro-batch holds
+    at most min(B, D) rows and a shallow one at most min(B, W - D). None where every example of a step
+    back-propagates the same layers (no `deep_fraction`, or shallow layers equal to all of them)."""
+    from lcsb_core.schedules import deep_rows
+
+    if schedule.deep_fraction is None:
+        return None
+    steps = range(schedule.cycle_length)
+    if all(schedule.shallow_layers(t) == schedule.layers_for_step(t) for t in steps):
+        return None
+    window = batch_size * accumulation_steps
+    deep = deep_rows(window, schedule.deep_fraction)
+    # exact gradient: the shallow pass back-propagates from its lowest layer to the top
+    shallow = max(len(schedule.shallow_layers(t)) if schedule.identity_skip
+                  else schedule.num_layers - min(schedule.shallow_layers(t)) for t in steps)
+    return DepthSplit(min(batch_size, deep), min(batch_size, window - deep), shallow)
 
 
 @dataclass
@@ -84,9 +130,9 @@ class MemoryEstimate:
 
 
 def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, target_modules: tuple[str, ...],
-                      batch_size: int, seq_len: int, backprop_layers: int | None, gradient_checkpointing: bool,
-                      device: str, checkpoint_bytes: int = 0, compute_dtype: str | None = None,
-                      generation_tokens: int = 0) -> MemoryEstimate:
+                      batch_size: int, seq_len: int, backprop_layers: int | None, depth_split: DepthSplit | None,
+                      gradient_checkpointing: bool, device: str, checkpoint_bytes: int = 0,
+                      compute_dtype: str | None = None, generation_tokens: int = 0) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
     The job's settings have no defaults here: `estimate_for` reads them from a `TrainConfig`, whose
     dataclasses are their one home.
@@ -99,6 +145,9 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
             `lcsb.gradient_checkpointing`).
         backprop_layers: the most decoder layers one step back-propagates, whose activations it keeps
             (`Schedule.max_backprop_layers()`); None means all L (full backprop).
+        depth_split: a `split` step's two passes (`depth_split_for`): the deep one keeps
+            `backprop_layers` for `deep_rows` rows, the shallow one `shallow_layers` for `shallow_rows`,
+            and the larger sets activations and transient; None: one pass of `batch_size` rows.
         seq_len: tokens per example after truncation (the job's max_seq_len is the safe bound).
         device: `cpu` or `cuda[:N]` (the runtime baseline; with `compute_dtype` None, the assumed dtype).
         checkpoint_bytes: size of the model's weight files (0: loading not modelled).
@@ -122,14 +171,21 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         act_scale = FP32_ACTIVATION_SCALE if quantization == "fp32" else 1.0
         weights = (linear_params + other_params) * (4 if quantization == "fp32" else 2)
     lora_params = L * sum(lora_rank * (a + b) for name, (a, b) in shapes.items() if name in target_modules)
-    tokens = batch_size * seq_len
-    per_layer = tokens * (24 * h + 12 * i) * act_scale
     kept = L if backprop_layers is None else min(backprop_layers, L)
-    if gradient_checkpointing:
-        layer_act = kept * tokens * 4 * h * act_scale + per_layer
-    else:
-        layer_act = kept * per_layer
-    head = 9 * tokens * v
+
+    def one_pass(rows: int, layers: int) -> tuple[float, float]:
+        """(activations, transient) bytes of a forward/backward of `rows` rows keeping `layers` layers."""
+        tokens = rows * seq_len
+        per_layer = tokens * (24 * h + 12 * i) * act_scale
+        if gradient_checkpointing:  # each kept layer stores its input; one layer is recomputed at a time
+            layer_act = layers * tokens * 4 * h * act_scale + per_layer
+        else:
+            layer_act = layers * per_layer
+        return layer_act + 9 * tokens * v, 4 * tokens * v + 8 * per_layer
+
+    passes = [(batch_size, kept)] if depth_split is None else \
+        [(depth_split.deep_rows, kept), (depth_split.shallow_rows, min(depth_split.shallow_layers, L))]
+    activations, transient = max((one_pass(rows, layers) for rows, layers in passes if rows), key=sum)
     runtime = RUNTIME_MIB["cuda" if device.startswith("cuda") else "cpu"]
     evaluation = 0.0
     if generation_tokens:
@@ -143,8 +199,8 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         runtime_mib=runtime,
         weights_mib=weights / MIB,
         lora_state_mib=lora_params * 20 / MIB,
-        activations_mib=(layer_act + head) / MIB,
-        transient_mib=(4 * tokens * v + 8 * per_layer) / MIB,
+        activations_mib=activations / MIB,
+        transient_mib=transient / MIB,
         lora_parameters=lora_params,
         loading_mib=runtime + (checkpoint_bytes + 2 * weights) / MIB if checkpoint_bytes else 0.0,
         evaluation_mib=evaluation,
@@ -162,8 +218,8 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
                  compute_dtype: str | None = None) -> MemoryEstimate:
     """`estimate_peak_mib` for a `TrainConfig` on a model whose config.json is `model_config`: the one
     mapping from a job's settings to the estimate (quantization, LoRA rank and targets, batch size,
-    `max_seq_len` as the sequence bound, the schedule's deepest backward, gradient checkpointing), used
-    by `lcsb estimate-memory` and by the service's routing to a worker class.
+    `max_seq_len` as the sequence bound, the schedule's deepest backward and `split`'s two passes,
+    gradient checkpointing), used by `lcsb estimate-memory` and by the service's routing to a worker class.
 
     Raises:
         KeyError: `model_config` lacks a field `estimate_peak_mib` reads.
@@ -175,6 +231,8 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
     return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
                              target_modules=tuple(cfg.lora.target_modules), batch_size=cfg.batch_size,
                              seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
+                             depth_split=depth_split_for(schedule, batch_size=cfg.batch_size,
+                                                         accumulation_steps=cfg.gradient_accumulation_steps),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
                              checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype,
                              generation_tokens=cfg.eval.generation_tokens(cfg.data.max_seq_len) if cfg.eval else 0)

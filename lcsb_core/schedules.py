@@ -23,8 +23,9 @@ facts, which the trainer, the memory estimate and the service read instead of co
   back-propagate through every layer; the rest back-propagate through the top k only
   (`lcsb_core.step.run_step` splits the batch by examples). The layers below the top k then get an
   exact gradient of those examples every step, instead of the whole batch's every N-th step as in
-  `topfull`, for the same backward work (`deep_fraction` 1/N), and the activation peak is that of the
-  deep examples, not of the whole batch.
+  `topfull`, for the same backward work (`deep_fraction` 1/N), and the activation peak is never the
+  whole batch's through all layers: the larger of the deep rows' through all L and the other rows'
+  through the top k (`lcsb_core.memory.depth_split_for`).
 - `update_shares()`: per layer, the share of a cycle's step-examples that back-propagate into it (1.0
   for a layer trained on every example of every step; `split`'s lower layers: `deep_fraction`);
   `lcsb_core.optim.layer_lr_scales` scales a layer's learning rate by its inverse (`frequency`) or
@@ -438,7 +439,8 @@ class SplitSchedule(PureSchedule):
     through the top `k` only (exact gradients both; `lcsb_core.step.run_step`). The top k layers get
     the whole batch's gradient, the layers below the exact mean gradient of the deep examples. Same
     backward work per step as `topfull` with N = 1/`deep_fraction` (k (1 - f) + L f layers per example),
-    but the lower layers update every step, and the activation peak is the deep examples' (issue 30)."""
+    but the lower layers update every step, and the activation peak is the larger of the two passes'
+    (the deep rows through all L, the others through the top k; issue 30), not the whole batch's."""
 
     deep_fraction: float = DEFAULT_DEEP_FRACTION
     name: ClassVar[str] = "split"
@@ -455,7 +457,7 @@ class SplitSchedule(PureSchedule):
 
     def update_shares(self) -> dict[int, float]:
         """The top k: 1.0 (every example); the layers below: `deep_fraction` (the deep examples only; the
-        nominal share, which a small batch rounds, `lcsb_core.step.deep_rows`)."""
+        nominal share, which a small batch rounds, `deep_rows`)."""
         low = self.num_layers - self.k
         return {i: (1.0 if i >= low else self.deep_fraction) for i in range(self.num_layers)}
 
@@ -558,6 +560,13 @@ def check_deep_fraction(deep_fraction: object) -> float:
         raise ConfigError("lcsb.deep_fraction", "must be a number in (0, 1) (the share of a step's examples "
                           f"back-propagated through every layer), got {deep_fraction!r}")
     return float(deep_fraction)
+
+
+def deep_rows(rows: int, deep_fraction: float) -> int:
+    """Rows of a window of `rows` rows that a depth split back-propagates through every layer:
+    round(rows x `deep_fraction`), at least 1 and, when there are 2 rows or more, at most rows - 1.
+    `lcsb_core.step.run_step` splits by it and `lcsb_core.memory` sizes the split's passes by it."""
+    return min(max(1, round(rows * deep_fraction)), max(1, rows - 1))
 
 
 def check_full_every(full_every: object) -> int:

@@ -2,10 +2,11 @@
 loss averaged over the target tokens of the whole accumulation window, check for divergence, clip,
 give skipped LoRA parameters zero (or no) gradients, AdamW step.
 
-With a depth split (`split` schedule, `deep_fraction` set) the window's first rows (`deep_rows`) are
-back-propagated through every selected layer and the others through the `shallow` layers only; the
-layers below the shallow ones then hold the gradient of the deep rows alone, rescaled to the mean over
-the deep rows' target tokens (`split_rows`, `_rescale`).
+With a depth split (`split` schedule, `deep_fraction` set) the window's first rows (`deep_rows`, defined in
+`lcsb_core.schedules`) are back-propagated through every selected layer and the others through the
+`shallow` layers only, as two passes one after the other, each a forward and backward per micro-batch
+(`lcsb_core.memory.DepthSplit` sizes them); the layers below the shallow ones then hold the gradient of
+the deep rows alone, rescaled to the mean over the deep rows' target tokens (`split_rows`, `_rescale`).
 
 `run_step` is the function the trainer loop calls and the tests check against plain PEFT LoRA.
 """
@@ -22,6 +23,7 @@ from lcsb_core.errors import DivergenceError
 from lcsb_core.history import l2_norm
 from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.optim import prepare_skipped_grads
+from lcsb_core.schedules import deep_rows
 from lcsb_core.selective import SelectiveBackprop
 
 
@@ -48,12 +50,6 @@ def count_tokens(batch: dict[str, torch.Tensor]) -> int:
     if mask is not None and mask.dim() == 2:
         return int(mask.sum())
     return int(batch["input_ids"].numel())
-
-
-def deep_rows(rows: int, deep_fraction: float) -> int:
-    """Rows of a window of `rows` rows that a depth split back-propagates through every layer:
-    round(rows x `deep_fraction`), at least 1 and, when there are 2 rows or more, at most rows - 1."""
-    return min(max(1, round(rows * deep_fraction)), max(1, rows - 1))
 
 
 def split_rows(micro_batches: list[dict[str, torch.Tensor]], deep: int) -> tuple[list[dict], list[dict]]:

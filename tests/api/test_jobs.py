@@ -57,10 +57,13 @@ def test_every_schedule_is_accepted_and_resolved(client, alice, lcsb, per_step, 
 
 
 def test_schedules_that_back_propagate_every_layer_are_estimated_like_full(client, alice):
-    est = {name: job_ok(client, alice, method={"lcsb": {"schedule": name}})["memory_estimate"]["activations_mib"]
-           for name in ("full", "tail", "topfull", "top", "cyclic")}
+    est = {name: job_ok(client, alice, method={"lcsb": {"schedule": name}},
+                        hyperparameters={"batch_size": 4})["memory_estimate"]["activations_mib"]
+           for name in ("full", "tail", "topfull", "top", "cyclic", "split")}
     assert est["tail"] == est["topfull"] == est["full"]  # each reaches a full-depth backward in its cycle
     assert est["top"] == est["cyclic"] < est["full"]  # 8 layers keep activations
+    # split's larger pass: 3 of the 4 rows through the top 8 (the deep one: 1 row through all 30)
+    assert est["split"] == pytest.approx(0.75 * est["top"])
 
 
 def test_hyperparameters_in_method_and_learning_rate(client, alice):

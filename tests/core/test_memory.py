@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from lcsb_core.config import LoraSettings
-from lcsb_core.memory import estimate_peak_mib
+from lcsb_core.memory import depth_split_for, estimate_peak_mib
 from lcsb_core.models.gguf_import import ensure_default_model
+from lcsb_core.schedules import make_schedule
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +44,7 @@ batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids
 for step in range(sched.cycle_length):
     tracker.snapshot()
     run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True,
-             max_grad_norm=1.0)
+             max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(step))
 dtype = model.get_input_embeddings().weight.dtype
 print(json.dumps({"peak_mib": peak_mib(torch.device("cpu")), "max_backprop_layers": sched.max_backprop_layers(),
                   "compute_dtype": "fp32" if dtype == torch.float32 else "bf16"}))
@@ -56,6 +57,7 @@ CONFIGS = [
     dict(schedule="freeze", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
     dict(schedule="top", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
     dict(schedule="tail", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
+    dict(schedule="split", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
 ]
 UNQUANTIZED = dict(schedule="full", k=None, batch=2, seq=128, ckpt=False, quant="fp32", rank=8)
 
@@ -66,9 +68,12 @@ def measure_and_estimate(spec) -> tuple[float, float]:
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(spec)], capture_output=True, text=True, check=True)
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     config = json.loads((folder / "config.json").read_text())
+    split = depth_split_for(make_schedule(spec["schedule"], num_layers=config["num_hidden_layers"], k=spec["k"]),
+                            batch_size=spec["batch"], accumulation_steps=1)
     est = estimate_peak_mib(config, quantization=spec["quant"], lora_rank=spec["rank"], batch_size=spec["batch"],
                             target_modules=LoraSettings.target_modules, seq_len=spec["seq"],
-                            backprop_layers=probe["max_backprop_layers"], gradient_checkpointing=spec["ckpt"],
+                            backprop_layers=probe["max_backprop_layers"], depth_split=split,
+                            gradient_checkpointing=spec["ckpt"],
                             device="cpu", compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(folder / "model.safetensors").stat().st_size)
     print(spec, "measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from lcsb_core.config import TrainConfig
-from lcsb_core.memory import estimate_for, estimate_peak_mib
+from lcsb_core.memory import DepthSplit, depth_split_for, estimate_for, estimate_peak_mib
+from lcsb_core.schedules import make_schedule
 
 SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152,
            "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
@@ -16,7 +19,7 @@ SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 153
 def test_the_job_settings_are_required_keywords():
     params = inspect.signature(estimate_peak_mib).parameters
     settings = ("quantization", "lora_rank", "target_modules", "batch_size", "seq_len", "backprop_layers",
-                "gradient_checkpointing", "device")
+                "depth_split", "gradient_checkpointing", "device")
     assert {n: params[n].default for n in settings if params[n].default is not inspect.Parameter.empty} == {}
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in settings)
 
@@ -46,3 +49,57 @@ def test_graded_evaluation_adds_its_kv_cache_and_the_dequantized_weights():
                - 106168320 * 4 / 2**20) < 1e-6
     assert cpu.total_mib == max(cpu.training_mib, cpu.loading_mib, cpu.evaluation_mib)
     assert cpu.evaluation_mib > cpu.training_mib  # batch 1 x 256 trains in less than generation needs
+
+
+def job(schedule: str, **over) -> TrainConfig:
+    """SmolLM2's benchmark job (BENCHMARKS.md, "The default on three kinds of data"): NF4, batch 4 x 256."""
+    return TrainConfig.from_dict({"data": {"train_file": "x.jsonl", "max_seq_len": 256}, "batch_size": 4,
+                                  "lcsb": {"schedule": schedule}, **over})
+
+
+def test_split_estimates_the_larger_of_its_deep_and_shallow_passes():
+    """`split` at 4 x 256 (k = 8 of 30, deep_fraction 0.25) runs 1 row through all 30 layers, then 3 rows
+    through the top 8. Per token (bf16): a layer 24 x 576 + 12 x 1536 = 32,256 B, the LM head's saved
+    logits 9 x 49,152 = 442,368 B, its gradient 4 x 49,152 = 196,608 B, the transient's 8 layers 258,048 B.
+    Deep pass, 256 tokens: (30 x 32,256 + 442,368) x 256 B = 344.25 MiB of activations + 111 MiB transient;
+    shallow pass, 768 tokens: (8 x 32,256 + 442,368) x 768 B = 513 MiB + 333 MiB transient, the larger.
+    `full` and `topfull` (whose every 4th step is full) keep all 30 layers for 1,024 tokens: 1,377 + 444."""
+    split, topfull, full = (estimate_for(job(s), SMOLLM2, device="cpu", compute_dtype="bf16")
+                            for s in ("split", "topfull", "full"))
+    assert (split.activations_mib, split.transient_mib) == (513.0, 333.0)
+    assert (topfull.activations_mib, topfull.transient_mib) == (full.activations_mib, full.transient_mib) \
+        == (1377.0, 444.0)
+    assert split.training_mib - full.training_mib == (513.0 + 333.0) - (1377.0 + 444.0)
+    assert (split.weights_mib, split.lora_state_mib) == (full.weights_mib, full.lora_state_mib)
+    # fp32 compute (the API's assumption for a CPU worker) scales the layer terms, not the LM head's
+    fp32 = estimate_for(job("split"), SMOLLM2, device="cpu", compute_dtype="fp32")
+    assert fp32.activations_mib == (8 * 32256 * 1.25 + 442368) * 768 / 2**20
+    assert fp32.transient_mib == (196608 + 8 * 32256 * 1.25) * 768 / 2**20
+
+
+def test_a_deep_pass_larger_than_the_shallow_one_sets_the_estimate():
+    """At deep_fraction 0.75 the deep pass (3 rows x 30 layers) outweighs the shallow one (1 row x 8)."""
+    deep = estimate_for(job("split", lcsb={"schedule": "split", "deep_fraction": 0.75}), SMOLLM2, device="cpu",
+                        compute_dtype="bf16")
+    assert (deep.activations_mib, deep.transient_mib) == ((30 * 32256 + 442368) * 768 / 2**20,
+                                                          (196608 + 8 * 32256) * 768 / 2**20)
+
+
+@pytest.mark.parametrize("batch,accumulation,passes", [
+    (4, 1, DepthSplit(1, 3, 8)),   # W = 4: D = 1, the other 3 rows in the same micro-batch
+    (4, 2, DepthSplit(2, 4, 8)),   # W = 8: D = 2 in the first micro-batch, the second untouched (4 rows)
+    (2, 4, DepthSplit(2, 2, 8)),   # W = 8: D = 2 fill the first micro-batch
+    (1, 2, DepthSplit(1, 1, 8)),   # W = 2: one row each
+    (8, 1, DepthSplit(2, 6, 8)),
+])
+def test_depth_split_sizes_each_pass_by_its_largest_micro_batch(batch, accumulation, passes):
+    """`run_step` takes the window's first `deep_rows` rows across micro-batches (`split_rows`)."""
+    sched = make_schedule("split", num_layers=30, k=8)
+    assert depth_split_for(sched, batch_size=batch, accumulation_steps=accumulation) == passes
+
+
+def test_one_pass_schedules_have_no_depth_split():
+    """Every schedule but `split` runs one pass; so does `split` when its shallow layers are all of them."""
+    for name in ("full", "topfull", "tail", "top", "cyclic"):
+        assert depth_split_for(make_schedule(name, num_layers=30, k=8), batch_size=4, accumulation_steps=1) is None
+    assert depth_split_for(make_schedule("split", num_layers=30, k=30), batch_size=4, accumulation_steps=1) is None

@@ -251,7 +251,7 @@ def test_memory_estimate_bounds_a_gemma_jobs_peak(gemma_path):
     probe = json.loads(out.stdout.strip().splitlines()[-1])
     est = estimate_peak_mib(json.loads((gemma_path / "config.json").read_text()), quantization="nf4",
                             lora_rank=16, target_modules=LoraSettings.target_modules, batch_size=spec["batch"],
-                            seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"],
+                            seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"], depth_split=None,
                             gradient_checkpointing=False, device="cpu", compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(gemma_path / "model.safetensors").stat().st_size)
     print("gemma memory: measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())

@@ -103,3 +103,12 @@ def test_one_pass_schedules_have_no_depth_split():
     for name in ("full", "topfull", "tail", "top", "cyclic"):
         assert depth_split_for(make_schedule(name, num_layers=30, k=8), batch_size=4, accumulation_steps=1) is None
     assert depth_split_for(make_schedule("split", num_layers=30, k=30), batch_size=4, accumulation_steps=1) is None
+
+
+def test_the_estimate_says_how_far_it_holds_on_its_device():
+    """Issue 36: until a GPU refit the CUDA estimate says it is unfitted and on the safe side; the CPU
+    one names the band its test holds it to."""
+    cfg = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}})
+    cpu, cuda = (estimate_for(cfg, SMOLLM2, device=d).to_dict() for d in ("cpu", "cuda:0"))
+    assert "not fitted on a GPU" in cuda["basis"] and "safe side" in cuda["basis"]
+    assert "0.8x-1.6x" in cpu["basis"]

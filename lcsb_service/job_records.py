@@ -85,6 +85,13 @@ def record_data_report(session: Session, job_id: str, report: dict[str, Any]) ->
     session.execute(update(Job).where(Job.id == job_id).values(data_report=report))
 
 
+def training_data_format(report: dict[str, Any] | None) -> str | None:
+    """The training file's data format (`chat`, `prompt_completion`, `text`) from a job's `data_report`
+    (per request field, as `record_data_report` stores it); None before the worker checked the data."""
+    training = (report or {}).get("training_file")
+    return training.get("format") if isinstance(training, dict) else None
+
+
 def record_peak(session: Session, job_id: str, peak_mib: float) -> None:
     """Store the run's measured peak memory (MiB, rounded to 0.1 MiB) on the job."""
     session.execute(update(Job).where(Job.id == job_id).values(peak_memory_mib=round(peak_mib, 1)))

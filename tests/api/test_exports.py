@@ -46,7 +46,9 @@ def succeeded_job(client, alice, app, tmp_path) -> dict:
     real_adapter(run / "adapter")
     with app.state.db.session() as s:
         transitions.claim(s, job["id"])
-        s.execute(update(Job).where(Job.id == job["id"]).values(data_report={"format": "chat"}))
+        # the worker's data check stores one report per request field (lcsb_service.job_records)
+        report = {"training_file": {"format": "chat", "file_id": "file-x"}}
+        s.execute(update(Job).where(Job.id == job["id"]).values(data_report=report))
     with app.state.db.session() as s:
         publish_checkpoint(s, app.state.storage, job_id=job["id"], step=2, fine_tuned_model="ft:x",
                            folder=run / "checkpoints" / "step-000002")
@@ -120,3 +122,13 @@ def test_checkpoint_export_of_an_unusable_adapter_fails_with_a_message(client, a
     assert run_export(ctx, export["id"]) == "failed"
     got = client.get(f"{url(trained['id'])}/{export['id']}", headers=alice.headers).json()
     assert got["status"] == "failed" and got["files"] == [] and got["error"]["code"]
+
+
+def test_the_training_files_format_is_read_from_the_per_field_report():
+    """Regression (a fresh-user run): the export worker read a flat `data_report["format"]`, which a real
+    job never has, so every export of a real job failed "no ... data format to export"."""
+    from lcsb_service.job_records import training_data_format
+
+    assert training_data_format({"training_file": {"format": "chat"}, "validation_file": {"format": "text"}}) == "chat"
+    assert training_data_format({"format": "chat"}) is None
+    assert training_data_format(None) is None

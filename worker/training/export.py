@@ -20,6 +20,7 @@ from lcsb_core.models.catalog import catalog_entry
 from lcsb_core.models.gguf_import import model_cache_dir, shipped_gguf_path
 from lcsb_service.artifacts import fetch_adapter
 from lcsb_service.exports import checkpoint_key, claim_export, export_job, fail_export, finish_export
+from lcsb_service.job_records import training_data_format
 from lcsb_service.outputs import find_artifact
 from worker.context import WorkerContext
 
@@ -36,7 +37,7 @@ def run_export(ctx: WorkerContext, export_id: str) -> str:
         step, formats, job_id, model = export.checkpoint_step, list(export.formats), job.id, job.model
         key = (checkpoint_key(s, job.id, step) if step is not None
                else find_artifact(s, job.id, "adapter.tar.gz").storage_key)
-        data_format = (job.data_report or {}).get("format")
+        data_format = training_data_format(job.data_report)
     try:
         entry = catalog_entry(model)
         if entry is None or key is None or data_format is None:

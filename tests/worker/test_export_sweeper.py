@@ -5,7 +5,6 @@ period, by one of several racing sweepers; `sweep` runs both with the settings' 
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -18,7 +17,7 @@ from lcsb_service.models import Job, JobExport
 from lcsb_service.settings import Settings
 from lcsb_service.sweeper import reap_lost_exports, resend_queued_exports, sweep
 from lcsb_service.tasks import TaskName
-from tests.worker.test_reaper import db  # noqa: F401 - the two-backend fixture
+from tests.worker.test_reaper import db, race  # noqa: F401 - db: the two-backend fixture
 
 QUEUE = "export-q"
 
@@ -96,17 +95,7 @@ def test_an_enqueuer_that_cannot_send_tasks_resends_no_export(db):  # noqa: F811
 def test_concurrent_sweepers_send_each_stuck_export_once(db):  # noqa: F811
     stuck = {add_export(db, age_s=600) for _ in range(12)}
     senders = [RecordingEnqueuer(), RecordingEnqueuer()]
-    barrier = threading.Barrier(2)
-
-    def run(sender):
-        barrier.wait()
-        resend_queued_exports(db, sender, after_s=30)
-
-    threads = [threading.Thread(target=run, args=(s,)) for s in senders]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    race(lambda sender: resend_queued_exports(db, sender, after_s=30), senders)
     sent = [arg for s in senders for _, arg, _ in s.sent if arg in stuck]
     assert sorted(sent) == sorted(stuck)  # every one sent, none twice
 

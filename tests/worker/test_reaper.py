@@ -83,20 +83,26 @@ def test_jobs_stuck_in_queued_are_sent_again_once_per_period(db):
     assert sum(m.startswith("Re-sent to queue q") for m in messages) == 1
 
 
-def test_concurrent_sweepers_send_each_stuck_job_once(db):
-    """Two sweepers racing over the same stale jobs: the guarded UPDATE lets one of them send each."""
-    stuck = {add_job(db, running=False, updated_age_s=600) for _ in range(20)}
-    enqueuers = [RecordingEnqueuer(), RecordingEnqueuer()]
-    barrier = threading.Barrier(2)
+def race(fn, args: list) -> None:
+    """Run `fn(arg)` for each of `args` in its own thread, all released at once by a barrier; return
+    when every one has finished (sweepers racing over the same rows)."""
+    barrier = threading.Barrier(len(args))
 
-    def sweep(enqueuer):
+    def run(arg):
         barrier.wait()
-        resend_queued(db, enqueuer, after_s=30)
+        fn(arg)
 
-    threads = [threading.Thread(target=sweep, args=(e,)) for e in enqueuers]
+    threads = [threading.Thread(target=run, args=(a,)) for a in args]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+
+
+def test_concurrent_sweepers_send_each_stuck_job_once(db):
+    """Two sweepers racing over the same stale jobs: the guarded UPDATE lets one of them send each."""
+    stuck = {add_job(db, running=False, updated_age_s=600) for _ in range(20)}
+    enqueuers = [RecordingEnqueuer(), RecordingEnqueuer()]
+    race(lambda enqueuer: resend_queued(db, enqueuer, after_s=30), enqueuers)
     sent = [job_id for e in enqueuers for job_id, _ in e.calls if job_id in stuck]
     assert sorted(sent) == sorted(stuck)  # every one sent, none twice

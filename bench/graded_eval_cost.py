@@ -52,7 +52,7 @@ def per_forward_dequantization() -> Iterator[None]:
     from lcsb_core.eval import generate
 
     kept = generate.dequantized_weights
-    generate.dequantized_weights = lambda model, dtype=None: contextlib.nullcontext(  # type: ignore[assignment,return-value]
+    generate.dequantized_weights = lambda model: contextlib.nullcontext(  # type: ignore[assignment,return-value]
         {"layers": 0, "cached": 0})
     try:
         yield

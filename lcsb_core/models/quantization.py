@@ -102,7 +102,7 @@ def disable_cpu_weight_repacking(model: torch.nn.Module) -> int:
 
 
 @contextlib.contextmanager
-def dequantized_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[dict[str, int]]:
+def dequantized_weights(model: torch.nn.Module) -> Iterator[dict[str, int]]:
     """Within the block, every CPU NF4 layer (`bnb.nn.Linear4bit`) of `model` multiplies by a weight
     dequantized once, at its first forward, instead of dequantizing on every forward; on leaving, the
     layers' own `forward` is back and the dequantized copies are freed.
@@ -117,10 +117,6 @@ def dequantized_weights(model: torch.nn.Module, dtype: torch.dtype | None = None
     frozen anyway, and the block must not train (it raises RuntimeError if a forward runs with grad
     enabled on an input that requires it). CUDA layers (fused kernels) are left as they are.
 
-    `dtype`: None computes in the layer's own compute dtype (bit-identical outputs, above); a dtype
-    (e.g. `torch.float32`) dequantizes to it and multiplies in it with autocast off, casting the output
-    back to the input's dtype (more precise than the layer's bf16; not bit-identical).
-
     Yields {"layers": layers patched, "cached": layers whose weight was dequantized so far} (read after
     the block for how many were used)."""
     stats = {"layers": 0, "cached": 0}
@@ -134,7 +130,7 @@ def dequantized_weights(model: torch.nn.Module, dtype: torch.dtype | None = None
                and not getattr(m.weight.quant_state, "nested", False)]
     try:
         for module in patched:
-            module.forward = _cached_forward(module, stats, dtype)
+            module.forward = _cached_forward(module, stats)
         stats["layers"] = len(patched)
         yield stats
     finally:
@@ -142,8 +138,7 @@ def dequantized_weights(model: torch.nn.Module, dtype: torch.dtype | None = None
             module.__dict__.pop("forward", None)
 
 
-def _cached_forward(module: Any, stats: dict[str, int],
-                    dtype: torch.dtype | None) -> Callable[[torch.Tensor], torch.Tensor]:
+def _cached_forward(module: Any, stats: dict[str, int]) -> Callable[[torch.Tensor], torch.Tensor]:
     """`Linear4bit.forward` with its weight dequantized once (see `dequantized_weights`)."""
     state = module.weight.quant_state
     cache: dict[torch.dtype, torch.Tensor] = {}
@@ -152,7 +147,7 @@ def _cached_forward(module: Any, stats: dict[str, int],
         if torch.is_grad_enabled() and x.requires_grad:
             raise RuntimeError("dequantized_weights is for inference: a forward ran with autograd on")
         inp_dtype = x.dtype
-        compute = dtype or getattr(module, "compute_dtype", None)
+        compute = getattr(module, "compute_dtype", None)
         if compute is not None:
             x = x.to(compute)
         if x.dtype not in cache:
@@ -163,9 +158,6 @@ def _cached_forward(module: Any, stats: dict[str, int],
         bias = module.bias
         if bias is not None:
             bias = bias.to(x.dtype)
-        if dtype is None:
-            return torch.nn.functional.linear(x, cache[x.dtype], bias).to(inp_dtype)
-        with torch.autocast(x.device.type, enabled=False):
-            return torch.nn.functional.linear(x, cache[x.dtype], bias).to(inp_dtype)
+        return torch.nn.functional.linear(x, cache[x.dtype], bias).to(inp_dtype)
 
     return forward

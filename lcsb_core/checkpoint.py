@@ -27,12 +27,26 @@ def assert_finite_adapter(params: list[nn.Parameter], where: Path) -> None:
             raise DivergenceError(f"refusing to save {where}: the LoRA weights hold NaN/Inf")
 
 
-def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path) -> Path:
-    """Write the PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) to `out_dir`.
-    Embedding layers are never saved (LoRA adapts projections only and the vocabulary is never
-    resized); asking PEFT to decide would make it look the base model up on the Hugging Face Hub."""
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+"""The chat template a chat job trained with, saved beside its adapter (transformers' file name for a
+tokenizer's template since 4.47), so serving, exports and a downloaded adapter render prompts as training did."""
+
+
+def save_adapter(model: nn.Module, params: list[nn.Parameter], out_dir: Path, *,
+                 chat_template: str | None = None) -> Path:
+    """Write the PEFT adapter (`adapter_config.json` + `adapter_model.safetensors`) to `out_dir`, and
+    `chat_template` (the Jinja template chat data was rendered with; None for text or prompt/completion
+    data) as `CHAT_TEMPLATE_FILE`. Embedding layers are never saved (LoRA adapts projections only and the
+    vocabulary is never resized); asking PEFT to decide would make it look the base model up on the
+    Hugging Face Hub.
+
+    Raises:
+        DivergenceError: a LoRA parameter holds NaN/Inf (nothing is written).
+    """
     assert_finite_adapter(params, out_dir)
     cast("PeftModel", model).save_pretrained(str(out_dir), safe_serialization=True, save_embedding_layers=False)
+    if chat_template:
+        (out_dir / CHAT_TEMPLATE_FILE).write_text(chat_template, encoding="utf-8")
     return out_dir
 
 
@@ -43,11 +57,12 @@ positional list, which cannot be matched to the parameters safely and is refused
 
 def save_checkpoint(out_dir: Path, *, model: nn.Module, params: list[nn.Parameter], names: list[str],
                     optimizer: torch.optim.Optimizer, step: int, schedule_state: dict | None,
-                    selection_state: dict | None = None) -> Path:
+                    selection_state: dict | None = None, chat_template: str | None = None) -> Path:
     """Adapter + `trainer_state.pt` in `out_dir` after `step` completed optimizer steps. `names` are the
     qualified names of `params` (same order): the LoRA tensors are stored by name. `selection_state`:
-    `SelectionWatch.state_dict()` (the best evaluation so far, early stopping's count)."""
-    save_adapter(model, params, out_dir)
+    `SelectionWatch.state_dict()` (the best evaluation so far, early stopping's count). `chat_template`:
+    as `save_adapter`."""
+    save_adapter(model, params, out_dir, chat_template=chat_template)
     state = {
         "format": CHECKPOINT_FORMAT,
         "step": step,

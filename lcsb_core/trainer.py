@@ -268,12 +268,22 @@ class Trainer:
         self._emit("on_eval", report)
         return report
 
+    def chat_template(self) -> str | None:
+        """The chat template the training data was rendered with: the tokenizer's, when the training
+        file is chat data; None for text and prompt/completion data (no template shaped the model)."""
+        report = getattr(self.train_dataset, "report", None)
+        if report is None or report.format != "chat" or self.tokenizer is None:
+            return None
+        template = getattr(self.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) and template else None
+
     def save_checkpoint(self, step: int) -> Path:
         """Adapter + trainer state after `step` optimizer steps."""
         path = save_checkpoint(self.files.checkpoint_dir(step), model=self.model, params=self.params,
                                names=self.param_names, optimizer=self.optimizer, step=step,
                                schedule_state=self.schedule.state_dict(),
-                               selection_state=self.selection.state_dict())
+                               selection_state=self.selection.state_dict(),
+                               chat_template=self.chat_template())
         self._emit("on_checkpoint", step, str(path))
         return path
 
@@ -291,7 +301,7 @@ class Trainer:
             evals = evals + [self.evaluate(steps)]
         selected = self.selection.restore(self.params, steps)
         after = next((e for e in reversed(evals) if e.step == selected["step"]), evals[-1] if evals else None)
-        save_adapter(self.model, self.params, self.files.adapter)
+        save_adapter(self.model, self.params, self.files.adapter, chat_template=self.chat_template())
         self.files.write_metrics_csv()
         plots = write_plots(self.files)
         summary = {

@@ -6,7 +6,8 @@ them, for the worker (and for tests standing in for it). Nothing here commits.
     result_files = publish_run(session, storage, job_id=..., owner_id=..., run_dir=run)
     folder = fetch_adapter(storage, "jobs/<id>/adapter.tar.gz", work / "init_adapter")   # a continued job's start
 
-Adapters are stored as `.tar.gz` of the PEFT folder (adapter_config.json + adapter_model.safetensors;
+Adapters are stored as `.tar.gz` of the PEFT folder (adapter_config.json + adapter_model.safetensors, and a
+chat job's chat_template.jinja;
 a checkpoint's optimizer/RNG state `trainer_state.pt` is left out). Every member is stored readable by
 all (files 0644, folders 0755, owner root, no user or group names), whatever the worker's umask and the
 files' modes on disk (the trainer's safetensors may be 0600): a serving daemon or container user

@@ -296,3 +296,27 @@ def test_checkpoint_stores_lora_by_name_and_refuses_other_layouts(tmp_path):
     torch.save(wrong, ckpt / "trainer_state.pt")
     with pytest.raises(CheckpointError, match="does not match"):
         trainer(config(tmp_path)).train(resume_from=ckpt)
+
+
+class _Tokenizer:
+    """Just what the trainer reads of a tokenizer when saving: its chat template and pad id."""
+
+    chat_template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    pad_token_id = 0
+
+
+@pytest.mark.parametrize("data_format", ["chat", "text"])
+def test_a_chat_jobs_template_is_saved_beside_every_adapter_and_no_other_jobs(tmp_path, data_format):
+    train = dataset(40, 1)
+    train.report.format = data_format
+    t = Trainer(config(tmp_path, max_steps=5, save_every=2, eval_every=0), model=tiny_lora(0, rank=4, dropout=0.1),
+                tokenizer=_Tokenizer(), train_dataset=train, eval_dataset=dataset(8, 2))
+    t.train()
+    folders = [t.files.adapter, *sorted(p for p in t.files.checkpoints.iterdir() if p.is_dir())]
+    assert len(folders) == 3  # the delivered adapter and the checkpoints of steps 2 and 4
+    for folder in folders:
+        template = folder / "chat_template.jinja"
+        if data_format == "chat":
+            assert template.read_text(encoding="utf-8") == _Tokenizer.chat_template
+        else:
+            assert not template.exists()

@@ -79,14 +79,16 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert sorted(c["step_number"] for c in ckpts) == [2, 4]
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{ckpts[0]['id']}/adapter",
                            headers=service.headers)
-    assert r.status_code == 200 and any(n.endswith("/adapter_model.safetensors") for n in tarfile.open(
-        fileobj=io.BytesIO(r.content)).getnames())
+    assert r.status_code == 200
+    ckpt_names = tarfile.open(fileobj=io.BytesIO(r.content)).getnames()
+    assert any(n.endswith("/adapter_model.safetensors") for n in ckpt_names)
+    assert any(n.endswith("/chat_template.jinja") for n in ckpt_names)  # a chat job: the template it trained with
     arts = {a["name"] for a in service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts",
                                                    headers=service.headers).json()["data"]}
     assert {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "summary.json", "plots/loss.png"} <= arts
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz", headers=service.headers)
     names = tarfile.open(fileobj=io.BytesIO(r.content)).getnames()
-    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(names)
+    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors", "adapter/chat_template.jinja"} <= set(names)
     r = service.client.get(f"/v1/files/{done['result_files'][0]}/content", headers=service.headers)
     assert r.status_code == 200 and r.text.startswith("split,")
 

@@ -48,15 +48,29 @@ def _print_job(job: dict, as_json: bool) -> None:
         out.print(job_details(job))
 
 
-def _upload(svc: Service, path: Path) -> str:
-    """Upload a dataset of the spec; its id (a rejected file raises its reasons)."""
+def _upload(svc: Service, path: Path, uploaded: list[str]) -> str:
+    """Upload a dataset of the spec and append its id to `uploaded`; its id (a rejected file raises its
+    reasons)."""
     _, err = consoles()
     f = svc.upload_file(path)
+    uploaded.append(f["id"])
     if f.get("status") == "error":
         raise file_rejection(f)
     report = f.get("validation") or {}
     err.print(f"uploaded {path} as {f['id']} ({report.get('valid_examples', '?')} examples)", markup=False)
     return f["id"]
+
+
+def _remove_uploads(svc: Service, file_ids: list[str]) -> None:
+    """Delete the files a failed submit uploaded, saying so on stderr; a delete that fails is reported and
+    does not hide the submit's own error."""
+    _, err = consoles()
+    for file_id in file_ids:
+        try:
+            svc.delete_file(file_id)
+            err.print(f"removed {file_id}, uploaded by this submit", markup=False)
+        except ClientError as exc:
+            err.print(f"could not remove {file_id}, uploaded by this submit: {exc}", markup=False)
 
 
 @app.command()
@@ -68,12 +82,19 @@ def submit(spec: Annotated[Path, typer.Argument(exists=True, dir_okay=False, hel
            idempotency_key: Annotated[str | None, typer.Option(help="resubmitting with the same key returns "
                                                                "the same job")] = None,
            as_json: AsJson = False, base_url: BaseUrl = DEFAULT_BASE_URL, api_key: ApiKey = None) -> None:
-    """Create a job from a YAML spec (local datasets are uploaded first); print it, or follow it."""
+    """Create a job from a YAML spec (local datasets are uploaded first); print it, or follow it. A
+    submit that fails (a rejected dataset, a spec the service refuses) deletes the files it uploaded, so
+    retrying leaves no stray uploads behind; files the spec names by id are never touched."""
     job_spec = JobSpec.load(spec, set_)
     with connect(base_url, api_key) as svc:
-        training = _upload(svc, job_spec.training_path) if job_spec.training_path else None
-        validation = _upload(svc, job_spec.validation_path) if job_spec.validation_path else None
-        job = svc.create_job(job_spec.to_request(training, validation), idempotency_key)
+        uploaded: list[str] = []
+        try:
+            training = _upload(svc, job_spec.training_path, uploaded) if job_spec.training_path else None
+            validation = _upload(svc, job_spec.validation_path, uploaded) if job_spec.validation_path else None
+            job = svc.create_job(job_spec.to_request(training, validation), idempotency_key)
+        except ClientError:
+            _remove_uploads(svc, uploaded)
+            raise
         _print_job(job, as_json)
         if follow:
             raise typer.Exit(follow_job(svc, job["id"], consoles()[1]))

@@ -101,6 +101,15 @@ class Service:
                 if chunk.choices and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
 
+    def delete_file(self, file_id: str) -> None:
+        """Delete one of the caller's files (`DELETE /v1/files/{id}`).
+
+        Raises:
+            ClientError: the service refuses (e.g. a job still uses the file) or cannot be reached.
+        """
+        with self._calling():
+            self.openai.files.delete(file_id)
+
     def get_file(self, file_id: str) -> dict:
         with self._calling():
             return _dict(self.openai.files.retrieve(file_id))

@@ -4,6 +4,7 @@ printed (`error (<code>): <message> [param]`, exit 2, no traceback)."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from pathlib import Path
 
@@ -98,15 +99,38 @@ def test_tables_without_a_terminal_keep_their_full_width(lcsb, svc, app, tmp_pat
     assert len(narrow.stdout.splitlines()) > 2 and max(len(line) for line in narrow.stdout.splitlines()) <= 80
 
 
-def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, tmp_path):
+def test_submit_with_a_rejected_dataset_creates_no_job(lcsb, svc, tmp_path):
     tag = secrets.token_hex(4)
     (tmp_path / "train.jsonl").write_bytes(chat_lines(12) + b"not json\n")
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "train.jsonl", "metadata": {"suite": tag}}))
     r = lcsb("jobs", "submit", spec)
     assert r.exit_code == 2 and "line 13" in r.stderr
-    assert r.stderr.startswith("error (invalid_file) [file]: train.jsonl")
+    removed, error = r.stderr.split("\n", 1)
+    assert re.fullmatch(r"removed file-\w+, uploaded by this submit", removed), r.stderr
+    assert error.startswith("error (invalid_file) [file]: train.jsonl")
     assert json.loads(lcsb("jobs", "list", "--metadata", f"suite={tag}", "--json").stdout)["data"] == []
+    assert removed.split()[1].rstrip(",") not in {f["id"] for f in svc.list_files(100)}
+
+
+def test_a_submit_the_service_refuses_removes_the_files_it_uploaded(lcsb, svc, tmp_path):
+    write_dataset(tmp_path / "train.jsonl", n=12)
+    write_dataset(tmp_path / "valid.jsonl", n=10)
+    kept = svc.upload_file(write_dataset(tmp_path / "named.jsonl", n=12))  # named by id: never removed
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "train.jsonl", "validation_path": "valid.jsonl",
+                                    "method": {"lcsb": {"k": 0}}}))
+    r = lcsb("jobs", "submit", spec)
+    assert r.exit_code == 2 and r.stderr.splitlines()[-1].startswith("error (invalid_value): "), r.stderr
+    removed = re.findall(r"^removed (file-\w+), uploaded by this submit$", r.stderr, flags=re.M)
+    uploaded = re.findall(r"^uploaded \S+ as (file-\w+)", r.stderr, flags=re.M)
+    assert len(removed) == 2 and removed == uploaded
+    listed = {f["id"] for f in svc.list_files(100)}
+    assert not set(removed) & listed and kept["id"] in listed
+    spec.write_text(yaml.safe_dump({"model": SMOL, "training_file": kept["id"], "method": {"lcsb": {"k": 0}}}))
+    r = lcsb("jobs", "submit", spec)
+    assert r.exit_code == 2 and "removed" not in r.stderr
+    assert kept["id"] in {f["id"] for f in svc.list_files(100)}
 
 
 def test_api_errors_are_one_line_and_exit_2(lcsb, svc, app, tmp_path):

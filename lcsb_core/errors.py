@@ -60,6 +60,19 @@ class ModelLoadError(LCSBError):
     code = "model_load_error"
 
 
+class BaseGGUFMissingError(ModelLoadError):
+    """A catalog model's shipped GGUF file is not on this machine: its package is not installed, the
+    file is not in it, or it cannot be assembled from its chunk packages."""
+
+    code = "base_gguf_missing"
+
+
+class BaseGGUFMismatchError(ModelLoadError):
+    """A catalog model's GGUF file is there but its SHA-256 is not the catalog's."""
+
+    code = "base_gguf_mismatch"
+
+
 class DataError(LCSBError, ValueError):
     """The dataset cannot be used for training; the message names the line and field. The service
     sets `field` to the request field of the file ("training_file", "validation_file")."""
@@ -94,3 +107,24 @@ class ExportError(LCSBError, ValueError):
     def __init__(self, message: str, *, field: str | None = "formats") -> None:
         self.field = field
         super().__init__(message)
+
+
+class AdapterError(ExportError):
+    """The adapter's files cannot be read as a PEFT LoRA adapter: an unreadable config or weights file,
+    a module with only one of A and B, shapes that do not form a product, no LoRA tensors. (What plain
+    LoRA on linear layers cannot hold, e.g. DoRA magnitudes, stays `ExportError`: `unsupported_export`.)
+    Messages name files by their names in the adapter folder, never by a path."""
+
+    code = "adapter_corrupt"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field=None)
+
+
+class AdapterMissingError(ExportError):
+    """There is no stored adapter to export (the job's or the checkpoint's archive is gone)."""
+
+    code = "adapter_missing"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field=None)

@@ -1,6 +1,7 @@
 """A job's GGUF / Ollama exports (issue 33; the files are made by `lcsb_core.export` on a worker).
 
-    row = request_export(session, enqueuer, job, formats=["adapter"], checkpoint_step=None)  # queued
+    row = request_export(session, enqueuer, job, formats=["adapter"], checkpoint_step=None,
+                         queue=settings.export_queue)                     # queued
     rows = list_exports(session, job.id); row = find_export(session, job.id, "ftexp-...")
     row = claim_export(session, export_id)            # queued -> running, None when not queued
     # lost messages and workers: `lcsb_service.sweeper.resend_queued_exports` / `reap_lost_exports`
@@ -10,7 +11,12 @@ Request-time checks (nothing is queued when one fails): 409 for a job that has n
 naming an unknown format; 404 for a checkpoint step the job does not have; 400 saying why for what the
 format cannot hold (`lcsb_core.export.formats.refusals` on the job's LoRA settings: this service trains
 plain LoRA, so lm_head or embed_tokens targets on a tied base are what it can meet). The task
-(`TaskName.RUN_EXPORT`) goes to the job's queue, which the training workers consume, after the commit.
+(`TaskName.RUN_EXPORT`) goes to the export queue (`Settings.export_queue`), which the torch-free export
+workers consume (`python -m worker --kind export`), after the commit.
+
+A failed export's `error_code` (`EXPORT_ERROR_CODES`; the worker's `worker.export.failures` picks it):
+`adapter_missing`, `adapter_corrupt`, `base_gguf_missing`, `base_gguf_mismatch`, `unsupported_export`,
+`worker_lost` (the sweeper) and `internal_error` (anything else; the details stay in the worker's log).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from lcsb_service.tasks import TaskName
 
 log = logging.getLogger(__name__)
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+EXPORT_ERROR_CODES = ("adapter_missing", "adapter_corrupt", "base_gguf_missing", "base_gguf_mismatch",
+                      "unsupported_export", "worker_lost", "internal_error")
 
 
 def peft_config(train_config: dict[str, Any]) -> dict[str, Any]:
@@ -46,8 +54,8 @@ def peft_config(train_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def request_export(session: Session, enqueuer: object, job: Job, *, formats: list[str] | None,
-                   checkpoint_step: int | None) -> JobExport:
-    """Check the request, store a queued export and send it to the job's queue after the commit.
+                   checkpoint_step: int | None, queue: str) -> JobExport:
+    """Check the request, store a queued export and send it to the export queue `queue` after the commit.
 
     Raises:
         Conflict: the job has not succeeded (`job_not_succeeded`).
@@ -79,7 +87,7 @@ def request_export(session: Session, enqueuer: object, job: Job, *, formats: lis
                     checkpoint_step=checkpoint_step, files=[], created_at=now, sent_at=now)
     session.add(row)
     session.flush()
-    export_id, queue = row.id, job.queue
+    export_id = row.id
     if isinstance(enqueuer, TaskSender):
         after_commit(session, lambda: enqueuer.send(TaskName.RUN_EXPORT, export_id, queue))
     else:

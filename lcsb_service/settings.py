@@ -135,8 +135,13 @@ class Settings(BaseSettings):
     # message may be lost; the claim makes extra deliveries no-ops).
     api_sweeper: bool = True
     resend_queued_after_s: float = Field(default=30.0, gt=0)
-    # A GGUF export runs in its task's own process with no heartbeat (seconds: BENCHMARKS.md, "GGUF
-    # export"); one still `running` this long after its claim lost its worker and fails `worker_lost`.
+    # GGUF exports (docs/export.md) run on export workers (`python -m worker --kind export`, torch-free):
+    # they consume `export_queue`, one export at a time, and cap their own process at `export_memory_mib`
+    # (measured peaks, BENCHMARKS.md "GGUF export": SmolLM2 all formats 332 MiB, Gemma-3-270M 3,657 MiB).
+    # An export has no heartbeat (it takes seconds to a minute); one still `running` this long after its
+    # claim lost its worker and fails `worker_lost`.
+    export_queue: str = Field(default="lcsb-export", min_length=1, max_length=100)
+    export_memory_mib: int = Field(default=4096, gt=0)
     export_lost_after_s: float = Field(default=900.0, gt=0)
     # Uploads are written under a temporary name and renamed when complete; temporary objects not
     # written for `stale_upload_after_s`, and stored uploads with no row, are removed at API start.

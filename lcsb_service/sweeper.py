@@ -4,7 +4,8 @@ be lost. Service code: it imports only `lcsb_service`, and both the API and the 
     reap_lost(db, heartbeat_timeout_s)        running, heartbeat older than the bound -> failed worker_lost
     resend_queued(db, enqueuer, after_s)      queued, last sent over `after_s` ago -> sent to its queue again
     reap_lost_exports(db, lost_after_s)       export running since over `lost_after_s` -> failed worker_lost
-    resend_queued_exports(db, sender, after_s)  export queued, last sent over `after_s` ago -> sent again
+    resend_queued_exports(db, sender, after_s, queue)  export queued, last sent over `after_s` ago -> sent
+                                              again to the export queue
 
 It runs in every API process (started with the app, `api.main`), so it does not depend on any worker
 being alive, and in every worker (when it starts, then every `Settings.reaper_interval_s` in a thread,
@@ -131,21 +132,23 @@ def reap_lost_exports(db: Database, lost_after_s: float) -> list[str]:
     return reaped
 
 
-def resend_queued_exports(db: Database, sender: object, after_s: float) -> list[str]:
-    """Send again (`TaskName.RUN_EXPORT`, to its job's queue) every export still `queued` whose last send
-    (`sent_at`) is older than `after_s` seconds; returns the ids sent ([] when `sender` cannot send tasks).
+def resend_queued_exports(db: Database, sender: object, after_s: float, queue: str) -> list[str]:
+    """Send again (`TaskName.RUN_EXPORT`, to the export queue `queue`) every export still `queued` whose
+    last send (`sent_at`) is older than `after_s` seconds; returns the ids sent ([] when `sender` cannot
+    send tasks).
 
     As for jobs: a guarded UPDATE of `sent_at` makes several sweepers send it once per period, and the
-    worker's `claim_export` makes the extra deliveries no-ops.
+    worker's `claim_export` makes the extra deliveries no-ops. This also moves an export whose message
+    went to a queue no export worker reads (one requested before exports had their own queue) onto
+    `queue`.
     """
     if not isinstance(sender, TaskSender):
         return []
     cutoff = utcnow() - timedelta(seconds=after_s)
     with db.session() as s:
-        stale = list(s.execute(select(JobExport.id, Job.queue).join(Job, Job.id == JobExport.job_id)
-                               .where(JobExport.status == QUEUED, JobExport.sent_at < cutoff)))
+        stale = list(s.scalars(select(JobExport.id).where(JobExport.status == QUEUED, JobExport.sent_at < cutoff)))
     sent = []
-    for export_id, queue in stale:
+    for export_id in stale:
         with db.session() as s:
             moved = cast(CursorResult, s.execute(
                 update(JobExport).where(JobExport.id == export_id, JobExport.status == QUEUED,
@@ -164,7 +167,7 @@ def sweep(db: Database, enqueuer: Enqueuer, settings: Settings) -> None:
         reap_lost(db, settings.heartbeat_timeout_s)
         resend_queued(db, enqueuer, settings.resend_queued_after_s)
         reap_lost_exports(db, settings.export_lost_after_s)
-        resend_queued_exports(db, enqueuer, settings.resend_queued_after_s)
+        resend_queued_exports(db, enqueuer, settings.resend_queued_after_s, settings.export_queue)
     except Exception:
         log.warning("reaper pass failed", exc_info=True)
 

@@ -33,6 +33,8 @@ pids+=($!)
 pids+=($!)
 .venv/bin/python -m worker --kind inference >runs/service/inference.log 2>&1 &   # chat (docs/inference.md)
 pids+=($!)
+.venv/bin/python -m worker --kind export >runs/service/export.log 2>&1 &   # GGUF exports, no torch (docs/export.md)
+pids+=($!)
 for _ in $(seq 60); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 1; done
 curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "API did not start; see runs/service/api.log"; exit 1; }
 echo "service: $LCSB_BASE_URL (API log runs/service/api.log, worker log runs/service/worker.log)"

@@ -5,7 +5,8 @@ relative ones resolved) is checked against its package's rule. The layers, botto
     lcsb_core                       the trainer; imports no service code
     lcsb_service                    imports lcsb_core's torch-free parts; no api, no worker
     api | worker/<kind> | ...       side by side: api imports no torch and no worker; the shared worker
-                                    modules (worker/*.py) import no kind's folder
+                                    modules (worker/*.py) import no kind's folder; the export worker
+                                    (worker/export) imports no torch and no other kind's folder
     bench                           on top; imports no tests
     lcsb_client                     beside them all: no torch, no service code (the core's commands
                                     import lcsb_core inside a function, only with the `train` extra)
@@ -21,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from lcsb_service.tasks import WorkerKind
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"torch", "transformers", "peft", "bitsandbytes"}
 SERVICE = {"lcsb_service", "api", "worker"}
+KIND_FOLDERS = {f"worker.{kind.value}" for kind in WorkerKind}
 
 # (the modules a rule covers, the modules they must not import, the rule in words)
 RULES = {
@@ -31,7 +35,9 @@ RULES = {
     "lcsb_core": ("lcsb_core", SERVICE | {"lcsb_client"}, "lcsb_core imports no service, api, worker or client code"),
     "lcsb_service": ("lcsb_service", {"api", "worker", "lcsb_client"}, "lcsb_service imports no api or worker"),
     "lcsb_client": ("lcsb_client", HEAVY | SERVICE, "lcsb_client imports no torch and no service code"),
-    "worker_shared": ("worker/*.py", {"worker.training"}, "the shared worker modules import no kind's folder"),
+    "worker_shared": ("worker/*.py", KIND_FOLDERS, "the shared worker modules import no kind's folder"),
+    "worker_export": ("worker/export", HEAVY | KIND_FOLDERS - {"worker.export"},
+                      "the export worker imports no torch and no other kind's folder"),
     "bench": ("bench", {"tests"}, "bench imports no tests"),
 }
 
@@ -79,6 +85,29 @@ def violations(where: str, banned: set[str]) -> list[str]:
 def test_import_rule(rule):
     where, banned, words = RULES[rule]
     assert violations(where, banned) == [], words
+
+
+def test_the_export_worker_loads_no_torch_at_run_time(tmp_path):
+    """The rule above reads worker/export's own imports; this follows them all: a fresh process that builds
+    the export worker's app, imports its task modules (as `python -m worker --kind export` does) and every
+    module its export path calls loads none of torch, transformers, peft or bitsandbytes. (A real export
+    in a real export worker process is checked too: tests/worker/test_export_worker.py.)"""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from lcsb_service.settings import Settings\n"
+            "from lcsb_service.tasks import WorkerKind\n"
+            "from worker.app import create_app\n"
+            "app = create_app(Settings(data_dir=sys.argv[1]), WorkerKind.EXPORT)\n"
+            "app.loader.import_default_modules()\n"
+            "import worker.export.run, lcsb_core.export.adapter, lcsb_core.export.convert, safetensors.numpy, gguf\n"
+            "assert 'lcsb.run_export' in app.tasks\n"
+            f"print('HEAVY', sorted(m for m in {sorted(HEAVY)!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout
 
 
 def test_the_rules_see_every_kind_of_import():

@@ -13,7 +13,9 @@ time under the class's memory cap (solo pool), or, with the class's `max_concurr
 N at once (threads pool, N threads), each under its own memory reservation (`worker.training.admission`).
 An inference worker (`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, one request at a time, and
 caps its own process at `LCSB_INFERENCE_MEMORY_MIB` (`worker.limits`: a cgroup of its own, else an
-address-space limit) before anything loads a model.
+address-space limit) before anything loads a model. An export worker (`--kind export`) does the same
+with `LCSB_EXPORT_QUEUE` and `LCSB_EXPORT_MEMORY_MIB`, one export at a time, and never imports torch
+(`lcsb_service.tasks.KIND_QUEUE_SETTING` names each kind's two settings).
 This module reads the settings when it is imported: it is a process entry point.
 """
 
@@ -24,7 +26,7 @@ import os
 import sys
 
 from lcsb_service.settings import Settings
-from lcsb_service.tasks import WorkerKind
+from lcsb_service.tasks import KIND_QUEUE_SETTING, WorkerKind
 from worker.app import create_app, task_modules
 
 settings = Settings()
@@ -39,11 +41,11 @@ def pool_options(slots: int) -> list[str]:
 
 
 def worker_argv(extra: list[str] | None = None, kind: WorkerKind = WorkerKind.TRAINING) -> list[str]:
-    """Celery worker options for this worker's class (an inference worker: the inference queue, one
-    request at a time)."""
-    inference = kind == WorkerKind.INFERENCE
-    queue = settings.inference_queue if inference else settings.worker_class.queue
-    slots = 1 if inference else settings.worker_class.max_concurrent_jobs
+    """Celery worker options for this worker's class (an inference or export worker: its kind's queue,
+    one task at a time)."""
+    own = KIND_QUEUE_SETTING.get(kind)
+    queue = getattr(settings, own[0]) if own else settings.worker_class.queue
+    slots = 1 if own else settings.worker_class.max_concurrent_jobs
     return ["worker", "--queues", queue, *pool_options(slots), "--without-mingle",
             "--without-gossip", "--without-heartbeat", "--hostname", f"{queue}-{os.getpid()}@%h",
             "--loglevel", settings.log_level, *(extra or [])]
@@ -65,24 +67,26 @@ def main(argv: list[str] | None = None) -> None:
     kind, rest = parse_kind(sys.argv[1:] if argv is None else argv)
     app.conf.include = task_modules(kind)  # read when the worker starts and imports its task modules
     app.lcsb_kind = kind
-    if kind == WorkerKind.INFERENCE:
-        cap_inference_worker()
+    if kind in KIND_QUEUE_SETTING:
+        cap_own_process(kind)
     app.worker_main(worker_argv(rest, kind))
 
 
-def cap_inference_worker() -> None:
-    """Put this process under `Settings.inference_memory_mib` (see `worker.limits`; on CUDA the engine
-    is what allocates, and the cap is logged only)."""
+def cap_own_process(kind: WorkerKind) -> None:
+    """Put this worker process under its kind's memory setting (`inference_memory_mib`,
+    `export_memory_mib`; see `worker.limits`). On CUDA an inference engine is what allocates, and the
+    cap is logged only; an export worker runs on the CPU."""
     import logging
 
     from worker.limits import create_cage, enter_cage
 
-    cage = create_cage("inference", settings.inference_memory_mib, device=settings.inference_device,
+    device = settings.inference_device if kind == WorkerKind.INFERENCE else "cpu"
+    cage = create_cage(kind.value, getattr(settings, KIND_QUEUE_SETTING[kind][1]), device=device,
                        configured_parent=settings.cgroup_parent,
                        address_space_slack_mib=settings.address_space_slack_mib)
     try:
         enter_cage(cage.to_spec())
         app.lcsb_cap = f"{cage.cap_mib} MiB by {cage.describe()}"   # logged when the worker is ready
     except OSError as exc:
-        logging.getLogger(__name__).warning("cannot cap the inference worker's memory (%s)", exc)
+        logging.getLogger(__name__).warning("cannot cap the %s worker's memory (%s)", kind.value, exc)
         app.lcsb_cap = f"not capped ({exc})"

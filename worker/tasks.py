@@ -40,10 +40,15 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
     if removed:
         log.info("removed %d memory cgroups left by earlier workers", removed)
     sweeper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
-    if getattr(app, "lcsb_kind", None) == WorkerKind.INFERENCE:
+    kind = getattr(app, "lcsb_kind", None)
+    if kind == WorkerKind.INFERENCE:
         s = ctx.settings
         log.info("LCSB worker ready: inference queue %s, process memory %s, %s, base precision %s",
                  s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_precision)
+        return
+    if kind == WorkerKind.EXPORT:
+        log.info("LCSB worker ready: export queue %s, process memory %s; a running export is lost after %.0f s",
+                 ctx.settings.export_queue, getattr(app, "lcsb_cap", "not capped"), ctx.settings.export_lost_after_s)
         return
     log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s, %d job slot%s; heartbeat bound %.0f s",
              wc.queue, wc.memory_mib, wc.device, wc.max_concurrent_jobs, "s" * (wc.max_concurrent_jobs != 1),

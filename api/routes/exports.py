@@ -1,5 +1,5 @@
 """A job's exports to GGUF (llama.cpp) and Ollama: request (`POST`), list, status, and file downloads.
-The files are made on a worker (`worker.training.export`, `lcsb_core.export`)."""
+The files are made on an export worker (`worker.export`, `lcsb_core.export`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from fastapi.responses import StreamingResponse
 
-from api.deps import EnqueuerDep, JobDep, SessionDep, StorageDep
+from api.deps import EnqueuerDep, JobDep, SessionDep, SettingsDep, StorageDep
 from api.downloads import download
 from api.schemas.common import errors
 from api.schemas.exports import ExportCreate, ExportList, ExportObject
@@ -19,13 +19,15 @@ MEDIA = {".gguf": "application/octet-stream", ".json": "application/json", ".md"
 
 
 @router.post("", response_model=ExportObject, responses=errors(400, 401, 404, 409))
-def create(job: JobDep, body: ExportCreate, session: SessionDep, enqueuer: EnqueuerDep) -> ExportObject:
+def create(job: JobDep, body: ExportCreate, session: SessionDep, enqueuer: EnqueuerDep,
+           settings: SettingsDep) -> ExportObject:
     """Export the job's adapter (or a checkpoint's) as GGUF files plus an Ollama Modelfile, README and
     manifest. 409 when the job has not succeeded; 400 naming an unknown format, or saying what a format
-    cannot hold; 404 for a checkpoint step the job does not have. The export runs on a worker: poll
+    cannot hold; 404 for a checkpoint step the job does not have. The export runs on an export worker: poll
     `GET .../exports/{export_id}` until `succeeded`."""
     return ExportObject.of(exports.request_export(session, enqueuer, job, formats=body.formats,
-                                                  checkpoint_step=body.checkpoint_step))
+                                                  checkpoint_step=body.checkpoint_step,
+                                                  queue=settings.export_queue))
 
 
 @router.get("", response_model=ExportList, responses=errors(401, 404))

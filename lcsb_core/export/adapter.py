@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lcsb_core.errors import ExportError
+from lcsb_core.errors import AdapterError, ExportError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -80,15 +80,17 @@ def read_config(folder: Path) -> dict:
     """The parsed `adapter_config.json` of the adapter `folder`.
 
     Raises:
-        ExportError: the file is missing or not a JSON object.
+        AdapterError: the file is missing, not JSON, or not a JSON object.
     """
     path = Path(folder) / ADAPTER_CONFIG
     try:
         config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"{path} is not a readable PEFT adapter config: {exc}", field=None) from exc
+    except OSError as exc:
+        raise AdapterError(f"{ADAPTER_CONFIG} cannot be read ({exc.strerror or type(exc).__name__})") from exc
+    except ValueError as exc:
+        raise AdapterError(f"{ADAPTER_CONFIG} is not valid JSON ({exc})") from exc
     if not isinstance(config, dict):
-        raise ExportError(f"{path} is not a JSON object", field=None)
+        raise AdapterError(f"{ADAPTER_CONFIG} is not a JSON object")
     return config
 
 
@@ -105,7 +107,7 @@ def _load_tensors(path: Path) -> dict[str, np.ndarray]:
     try:
         return _load_raw(path)
     except (ValueError, KeyError, struct.error) as exc:
-        raise ExportError(f"{path.name} is not a readable safetensors file: {exc}", field=None) from exc
+        raise AdapterError(f"{path.name} is not a readable safetensors file") from exc
 
 
 def _load_raw(path: Path) -> dict[str, np.ndarray]:
@@ -131,14 +133,16 @@ def read_adapter(folder: Path) -> LoraAdapter:
     """Read a PEFT LoRA adapter folder (`adapter_config.json`, `adapter_model.safetensors`).
 
     Raises:
-        ExportError: missing files, a tensor that is neither lora_A nor lora_B of a module (DoRA
-            magnitudes, embedding LoRA, modules_to_save copies), or a module missing one of A and B.
+        AdapterError: a missing or unreadable file, a module missing one of A and B, A and B shapes
+            that do not form a rank-r product, no LoRA tensors (an `ExportError`, code `adapter_corrupt`).
+        ExportError: a tensor that is neither lora_A nor lora_B of a module (DoRA magnitudes, embedding
+            LoRA, modules_to_save copies): what the format cannot hold.
     """
     folder = Path(folder)
     config = read_config(folder)
     weights = folder / ADAPTER_WEIGHTS
     if not weights.is_file():
-        raise ExportError(f"{weights} is missing (only safetensors adapters export)", field=None)
+        raise AdapterError(f"{ADAPTER_WEIGHTS} is missing (only safetensors adapters export)")
     pairs: dict[str, dict[str, np.ndarray]] = {}
     for key, value in _load_tensors(weights).items():
         match = _KEY.match(key)
@@ -151,12 +155,12 @@ def read_adapter(folder: Path) -> LoraAdapter:
     modules: dict[str, LoraModule] = {}
     for name, ab in sorted(pairs.items()):
         if set(ab) != {"A", "B"}:
-            raise ExportError(f"adapter module {name} has lora_{''.join(ab)} but not both A and B", field=None)
+            raise AdapterError(f"adapter module {name} has lora_{''.join(ab)} but not both A and B")
         a, b = ab["A"], ab["B"]
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
-            raise ExportError(f"adapter module {name}: lora_A {a.shape} and lora_B {b.shape} do not form "
-                              "a rank-r product", field=None)
+            raise AdapterError(f"adapter module {name}: lora_A {a.shape} and lora_B {b.shape} do not form "
+                               "a rank-r product")
         modules[name] = LoraModule(name, a, b, module_scale(alpha, a.shape[0], use_rslora=use_rslora))
     if not modules:
-        raise ExportError(f"{weights} holds no LoRA tensors", field=None)
+        raise AdapterError(f"{ADAPTER_WEIGHTS} holds no LoRA tensors")
     return LoraAdapter(config, modules)

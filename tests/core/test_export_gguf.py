@@ -288,6 +288,37 @@ def test_wrong_base_and_stray_tensors_are_refused(base_path, tmp_path):
         plan_tensors(read_adapter(folder), base)
 
 
+def test_a_damaged_adapter_is_adapter_corrupt_and_named_without_its_path(tmp_path):
+    """What cannot be read as a PEFT LoRA adapter is an `AdapterError` (code `adapter_corrupt`, the export's
+    error code), named by file, never by path (the message reaches the user); what plain LoRA cannot hold
+    stays `unsupported_export`."""
+    from lcsb_core.errors import AdapterError
+
+    folder = write_peft(tmp_path / "peft", targets=("self_attn.q_proj",))
+    cases = [("adapter_model.safetensors", b"weights-step-2", "adapter_model.safetensors is not a readable"),
+             ("adapter_config.json", b"{not json", "adapter_config.json is not valid JSON"),
+             ("adapter_config.json", b"[1, 2]", "adapter_config.json is not a JSON object")]
+    for name, body, message in cases:
+        good = (folder / name).read_bytes()
+        (folder / name).write_bytes(body)
+        with pytest.raises(AdapterError, match=message) as caught:
+            read_adapter(folder)
+        assert caught.value.code == "adapter_corrupt" and str(tmp_path) not in str(caught.value)
+        (folder / name).write_bytes(good)
+    only_a = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((4, HIDDEN), np.float32)}
+    save_file(only_a, str(folder / "adapter_model.safetensors"))
+    with pytest.raises(AdapterError, match="has lora_A but not both A and B"):
+        read_adapter(folder)
+    (folder / "adapter_model.safetensors").unlink()
+    with pytest.raises(AdapterError, match="^adapter_model.safetensors is missing"):
+        read_adapter(folder)
+    stray = {"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector": np.zeros(HIDDEN, np.float32)}
+    save_file(stray, str(folder / "adapter_model.safetensors"))
+    with pytest.raises(ExportError) as caught:
+        read_adapter(folder)
+    assert caught.value.code == "unsupported_export"
+
+
 def test_bf16_adapters_read_without_torch(tmp_path):
     import struct
 

@@ -42,3 +42,17 @@ def test_worker_classes_match_the_workers_and_their_limits():
     assert env["LCSB_ENVIRONMENT"] == "production" and "LCSB_SECRET_KEY" in env
     for name in ("artifacts", "models", "pgdata"):
         assert name in COMPOSE["volumes"]
+
+
+def test_every_worker_kind_has_a_service_and_the_export_worker_fits_its_cap():
+    """One service per `WorkerKind` (`python -m worker --kind <kind>`); the export worker's process cap
+    (LCSB_EXPORT_MEMORY_MIB) fits inside its container's limit."""
+    from lcsb_service.tasks import WorkerKind
+
+    services = COMPOSE["services"]
+    kinds = {s["command"][s["command"].index("--kind") + 1] for s in services.values()
+             if "--kind" in s.get("command", [])}
+    assert kinds == {k.value for k in WorkerKind}
+    export = services["worker-export"]
+    assert export["command"] == ["python", "-m", "worker", "--kind", "export"]
+    assert int(export["environment"]["LCSB_EXPORT_MEMORY_MIB"]) < int(export["mem_limit"].rstrip("g")) * 1024

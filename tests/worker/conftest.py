@@ -27,6 +27,7 @@ from api.main import create_app
 from lcsb_core.models.tiny import TINY, TINY_NAN, build_tiny_models  # noqa: F401 - TINY_NAN re-exported to the tests
 from lcsb_service.keys import create_key
 from lcsb_service.settings import Settings, WorkerClass
+from lcsb_service.tasks import WorkerKind
 from tests.api.conftest import SECRET, fresh_postgres_database, settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,14 +80,17 @@ def make_settings(pg_url, redis_prefix, model_dir, tmp_path_factory):
 
 
 class Worker:
-    """A `python -m worker` process with `settings` in its environment; its log in `log_path`."""
+    """A `python -m worker --kind <kind>` process with `settings` in its environment (and `extra_env`);
+    its log in `log_path`."""
 
-    def __init__(self, settings: Settings, queue: str, log_path: Path) -> None:
+    def __init__(self, settings: Settings, queue: str, log_path: Path, kind: WorkerKind = WorkerKind.TRAINING,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.queue, self.log_path = queue, log_path
-        env = {**os.environ, **settings_env(settings), "LCSB_WORKER_QUEUE": queue, "LCSB_LOG_LEVEL": "INFO"}
+        env = {**os.environ, **settings_env(settings), "LCSB_WORKER_QUEUE": queue, "LCSB_LOG_LEVEL": "INFO",
+               **(extra_env or {})}
         self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker", "--kind", kind.value], cwd=ROOT, env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + WORKER_START_S
         while "LCSB worker ready" not in self.text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -119,11 +123,14 @@ class Worker:
 
 @pytest.fixture
 def start_worker(tmp_path) -> Iterator:
-    """start_worker(settings, queue=None) -> Worker; all are stopped at the end of the test."""
+    """start_worker(settings, queue=None, kind=training, extra_env=None) -> Worker; all are stopped at the
+    end of the test."""
     started: list[Worker] = []
 
-    def start(settings: Settings, queue: str | None = None) -> Worker:
-        w = Worker(settings, queue or settings.worker_classes[0].queue, tmp_path / f"worker-{len(started)}.log")
+    def start(settings: Settings, queue: str | None = None, kind: WorkerKind = WorkerKind.TRAINING,
+              extra_env: dict[str, str] | None = None) -> Worker:
+        w = Worker(settings, queue or settings.worker_classes[0].queue, tmp_path / f"worker-{len(started)}.log",
+                   kind, extra_env)
         started.append(w)
         return w
 

@@ -107,9 +107,10 @@ def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, caps
     assert module.parse_kind(["--kind", "training", "--without-mingle"]) == (WorkerKind.TRAINING, ["--without-mingle"])
     assert module.parse_kind([]) == (WorkerKind.TRAINING, [])
     assert module.parse_kind(["--kind", "inference"]) == (WorkerKind.INFERENCE, [])
+    assert module.parse_kind(["--kind", "export"]) == (WorkerKind.EXPORT, [])
     with pytest.raises(SystemExit):
-        module.parse_kind(["--kind", "export"])
-    assert "invalid choice: 'export' (choose from 'training', 'inference')" in capsys.readouterr().err
+        module.parse_kind(["--kind", "exports"])
+    assert "invalid choice: 'exports' (choose from 'training', 'inference', 'export')" in capsys.readouterr().err
 
 
 def test_the_pool_follows_the_class_slots(tmp_path, monkeypatch):
@@ -131,6 +132,7 @@ def test_the_pool_follows_the_class_slots(tmp_path, monkeypatch):
     assert argv([{"queue": "q", "memory_mib": 8192}]) == ["solo", "1"]
     assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}]) == ["threads", "3"]
     assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.INFERENCE) == ["solo", "1"]
+    assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.EXPORT) == ["solo", "1"]
     with pytest.raises(ValidationError, match="max_concurrent_jobs"):
         WorkerClass(queue="q", memory_mib=1, max_concurrent_jobs=0)
     conf = create_app(Settings(data_dir=tmp_path, worker_classes=[WorkerClass(queue="q", memory_mib=8192,

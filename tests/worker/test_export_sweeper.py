@@ -1,7 +1,7 @@
 """Lost exports (`lcsb_service.sweeper`, both database backends): a `running` export claimed longer ago than
 the bound fails `worker_lost` with a message (a fresh one and a queued one are left alone, a late finish
 changes nothing); a `queued` export whose message may be lost is sent again to its job's queue once per
-period, by one of several racing sweepers; `sweep` runs both with the settings' bounds."""
+period to the export queue, by one of several racing sweepers; `sweep` runs both with the settings' bounds."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lcsb_service.sweeper import reap_lost_exports, resend_queued_exports, sweep
 from lcsb_service.tasks import TaskName
 from tests.worker.test_reaper import db, race  # noqa: F401 - db: the two-backend fixture
 
-QUEUE = "export-q"
+QUEUE, EXPORT_QUEUE = "job-q", "export-q"
 
 
 def add_export(db, *, running: bool = False, age_s: float = 0.0) -> str:  # noqa: F811
@@ -70,13 +70,13 @@ def test_a_queued_export_is_sent_again_once_per_period(db):  # noqa: F811
     stuck = add_export(db, age_s=7200)
     recent = add_export(db, age_s=10)
     sender = RecordingEnqueuer()
-    first = resend_queued_exports(db, sender, after_s=3600)
+    first = resend_queued_exports(db, sender, 3600, EXPORT_QUEUE)
     assert stuck in first and recent not in first
-    assert (str(TaskName.RUN_EXPORT), stuck, QUEUE) in sender.sent
-    assert stuck not in resend_queued_exports(db, sender, after_s=3600)  # its clock moved
+    assert (str(TaskName.RUN_EXPORT), stuck, EXPORT_QUEUE) in sender.sent
+    assert stuck not in resend_queued_exports(db, sender, 3600, EXPORT_QUEUE)  # its clock moved
     with db.session() as s:
         s.execute(update(JobExport).where(JobExport.id == stuck).values(sent_at=utcnow() - timedelta(seconds=7200)))
-    assert stuck in resend_queued_exports(db, sender, after_s=3600)  # a period later: sent again
+    assert stuck in resend_queued_exports(db, sender, 3600, EXPORT_QUEUE)  # a period later: sent again
     args = [arg for _, arg, _ in sender.sent]
     assert args.count(stuck) == 2 and recent not in args
     assert row(db, stuck).status == "queued"
@@ -88,23 +88,24 @@ def test_an_enqueuer_that_cannot_send_tasks_resends_no_export(db):  # noqa: F811
             raise AssertionError("not a job")
 
     stuck = add_export(db, age_s=7200)
-    assert resend_queued_exports(db, JobsOnly(), after_s=60) == []
-    assert stuck in resend_queued_exports(db, LoggingEnqueuer(), after_s=60)
+    assert resend_queued_exports(db, JobsOnly(), 60, EXPORT_QUEUE) == []
+    assert stuck in resend_queued_exports(db, LoggingEnqueuer(), 60, EXPORT_QUEUE)
 
 
 def test_concurrent_sweepers_send_each_stuck_export_once(db):  # noqa: F811
     stuck = {add_export(db, age_s=600) for _ in range(12)}
     senders = [RecordingEnqueuer(), RecordingEnqueuer()]
-    race(lambda sender: resend_queued_exports(db, sender, after_s=30), senders)
+    race(lambda sender: resend_queued_exports(db, sender, 30, EXPORT_QUEUE), senders)
     sent = [arg for s in senders for _, arg, _ in s.sent if arg in stuck]
     assert sorted(sent) == sorted(stuck)  # every one sent, none twice
 
 
 def test_sweep_ends_lost_exports_and_resends_lost_messages_with_the_settings_bounds(db):  # noqa: F811
-    settings = Settings(export_lost_after_s=60, resend_queued_after_s=60, heartbeat_timeout_s=120)
+    settings = Settings(export_lost_after_s=60, resend_queued_after_s=60, heartbeat_timeout_s=120,
+                        export_queue=EXPORT_QUEUE)
     lost, kept = add_export(db, running=True, age_s=120), add_export(db, running=True, age_s=5)
     stuck = add_export(db, age_s=120)
     sender = RecordingEnqueuer()
     sweep(db, sender, settings)
     assert row(db, lost).error_code == "worker_lost" and row(db, kept).status == "running"
-    assert (str(TaskName.RUN_EXPORT), stuck, QUEUE) in sender.sent
+    assert (str(TaskName.RUN_EXPORT), stuck, EXPORT_QUEUE) in sender.sent

@@ -2,8 +2,8 @@
 
     TaskName.RUN_TRAINING_JOB ("lcsb.run_job", job_id)   claim and run one job
                                                           (`worker.training.supervisor.run_job`)
-    TaskName.RUN_EXPORT ("lcsb.run_export", export_id)   make one export's GGUF files, torch-free
-                                                          (`worker.training.export.run_export`)
+
+Exports (`TaskName.RUN_EXPORT`) run on the export worker (`worker.export`), not here.
 """
 
 from __future__ import annotations
@@ -21,15 +21,6 @@ def run_job(self, job_id: str) -> str:
     """Run the job `job_id` once; a repeated delivery returns "skipped"."""
     ctx = worker_context(self.app)
     return supervisor.run_job(ctx, job_id, worker=self.request.hostname or ctx.hostname)
-
-
-@shared_task(name=TaskName.RUN_EXPORT.value, bind=True, acks_late=True, ignore_result=True)
-def run_export(self, export_id: str) -> str:
-    """Make the export `export_id`'s files once (`worker.training.export`); a repeated delivery returns
-    "skipped"."""
-    from worker.training import export
-
-    return export.run_export(worker_context(self.app), export_id)
 
 
 @worker_shutting_down.connect

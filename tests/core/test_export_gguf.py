@@ -360,7 +360,11 @@ def test_export_folder_has_files_modelfile_readme_manifest(base_path, tmp_path):
     modelfile = (tmp_path / "out" / "Modelfile").read_text()
     assert modelfile.startswith("FROM ./merged-f16.gguf\nTEMPLATE \"\"\"")
     assert 'PARAMETER stop "<|im_end|>"' in modelfile
-    assert "llama-cli -m base.gguf --lora adapter.gguf" in (tmp_path / "out" / "README.md").read_text()
+    assert manifest["base"]["gguf_command"] == "lcsb base-gguf SmolLM2-135M-Instruct"
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert f"`base.gguf` (SHA-256 `{entry.gguf_sha256}`)" in readme
+    assert "`lcsb base-gguf SmolLM2-135M-Instruct` (this project's CLI, no torch needed) prints its path" in readme
+    assert 'llama-cli -m "$(lcsb base-gguf SmolLM2-135M-Instruct)" --lora adapter.gguf' in readme
     assert result.files["adapter"] == tmp_path / "out" / "adapter.gguf"
     other = dataclasses.replace(entry, gguf_sha256="0" * 64)
     with pytest.raises(ExportError, match="not the catalog's"):

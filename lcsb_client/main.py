@@ -1,5 +1,5 @@
 """The single `lcsb` command: the service client's `files` and `jobs` groups, plus the trainer core's
-commands (train, import-gguf, export, estimate-memory, gsm8k-to-chat, from `lcsb_core.cli`) when the core is
+commands (train, import-gguf, base-gguf, export, estimate-memory, gsm8k-to-chat, from `lcsb_core.cli`) when the core is
 installed.
 
     lcsb files upload train.jsonl                        # the service (LCSB_BASE_URL, LCSB_API_KEY)
@@ -23,7 +23,7 @@ import typer
 
 from lcsb_client import chat_cli, files_cli, jobs_cli
 
-CORE_COMMANDS = ("train", "import-gguf", "export", "estimate-memory", "gsm8k-to-chat")
+CORE_COMMANDS = ("train", "import-gguf", "base-gguf", "export", "estimate-memory", "gsm8k-to-chat")
 CORE_MODULES = ("torch", "transformers", "peft")   # what the `train` extra brings
 INSTALL_CORE = 'pip install "lcsb-service[train]"'
 

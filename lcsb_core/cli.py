@@ -4,6 +4,7 @@
     lcsb train job.yaml --set lcsb.k=4 --set max_steps=20
     lcsb train job.yaml --resume             # continue from the run folder's latest checkpoint
     lcsb import-gguf [NAME]                  # import a catalog model (default SmolLM2-135M-Instruct) once
+    lcsb base-gguf NAME                      # print the path of its shipped GGUF (adapter.gguf's base)
     lcsb estimate-memory job.yaml            # predicted peak memory (MiB)
     lcsb gsm8k-to-chat in.jsonl out.jsonl --limit 500
 """
@@ -116,6 +117,24 @@ def import_gguf(name: str = typer.Argument("SmolLM2-135M-Instruct",
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     console.print(f"model folder: {folder} ({time.perf_counter() - start:.0f} s)")
+
+
+@app.command("base-gguf")
+def base_gguf(name: str = typer.Argument(..., help="catalog model: SmolLM2-135M-Instruct or gemma-3-270m"),
+              out: Path | None = typer.Option(None, "--out", "-o", file_okay=False,
+                                              help="folder for a GGUF assembled from chunk packages (Gemma; "
+                                                   "default ~/.cache/lcsb/gguf)")) -> None:
+    """Print the path of a catalog model's shipped GGUF, hash-checked (Gemma's assembled from its chunk
+    packages): the exact base an export's adapter.gguf is for, e.g.
+    `llama-cli -m "$(lcsb base-gguf NAME)" --lora adapter.gguf`. Torch-free; nothing is downloaded."""
+    from lcsb_core.models.gguf_import import base_gguf_file
+
+    try:
+        path = base_gguf_file(name, out)
+    except LCSBError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    print(path)
 
 
 @app.command("export")

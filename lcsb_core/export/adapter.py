@@ -42,7 +42,9 @@ class LoraModule:
 
     def delta(self) -> np.ndarray:
         """The weight change PEFT applies, (out, in) float32: `scale * b @ a`."""
-        return (self.scale * (self.b @ self.a)).astype(np.float32)
+        delta = (self.b @ self.a).astype(np.float32, copy=False)
+        delta *= self.scale  # in place: one (out, in) array, not three
+        return delta
 
 
 @dataclass(frozen=True)

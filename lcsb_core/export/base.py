@@ -140,9 +140,28 @@ class BaseGGUF:
                 return llama_permute(rows, self.n_head_kv)
         return rows
 
+    @cached_property
+    def _file(self) -> Any:
+        return open(self.path, "rb")  # closed with this object (garbage collection)
+
+    @property
+    def fileno(self) -> int:
+        """A read-only descriptor of the file (for `os.pread` / `os.copy_file_range`)."""
+        return int(self._file.fileno())
+
+    def tensor_data(self, name: str) -> np.ndarray:
+        """Tensor `name`'s stored data as the reader's array (its dtype and shape), read from the file
+        into memory (`os.pread`): the reader's `data` is a view of the memory map, and every page read
+        through it stays resident in this process (the whole base, once every tensor has been read)."""
+        import os
+
+        t = self.tensors[name]
+        raw = os.pread(self.fileno, t.n_bytes, t.data_offset)
+        return np.frombuffer(raw, dtype=t.data.dtype).reshape(t.data.shape)
+
     def dequantized(self, name: str) -> np.ndarray:
-        """Tensor `name` as float32 (out, in) (gguf's numpy dequantizers)."""
+        """Tensor `name` as float32 (out, in) (gguf's numpy dequantizers), read with `tensor_data`."""
         import gguf
 
         t = self.tensors[name]
-        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
+        return gguf.quants.dequantize(self.tensor_data(name), t.tensor_type).astype(np.float32, copy=False)

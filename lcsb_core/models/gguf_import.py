@@ -79,6 +79,32 @@ def shipped_gguf_path(entry: CatalogEntry = SMOLLM2, *, assemble_dir: Path | Non
     return path
 
 
+def base_gguf_command(entry: CatalogEntry) -> str:
+    """The shell command that prints the path of `entry`'s shipped GGUF (`lcsb base-gguf NAME`): what an
+    export's README and manifest tell users to run to find the base `adapter.gguf` needs."""
+    return f"lcsb base-gguf {entry.name}"
+
+
+def base_gguf_file(name: str, out_dir: Path | None = None) -> Path:
+    """The catalog model `name`'s shipped GGUF file, hash-checked, for use outside this project (llama.cpp
+    with an exported `adapter.gguf`): the file inside its package (SmolLM2), or the file assembled from
+    its chunk packages (Gemma) into `out_dir` (default `~/.cache/lcsb/gguf`, beside the model cache),
+    kept there and reused while its SHA-256 matches. Torch-free; nothing is downloaded.
+
+    Raises:
+        ModelLoadError: `name` is not in the catalog (the message lists it), or as `shipped_gguf_path`.
+    """
+    from lcsb_core.models.catalog import catalog_entry
+
+    entry = catalog_entry(name)
+    if entry is None:
+        raise ModelLoadError(f"no catalog model {name!r}; catalog: {', '.join(CATALOG)}")
+    target = Path(out_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
+    if target.is_file() and sha256_of(target) == entry.gguf_sha256:
+        return target
+    return shipped_gguf_path(entry, assemble_dir=target.parent)
+
+
 def import_gguf(gguf_path: Path, out_dir: Path) -> Path:
     """Convert a GGUF checkpoint to a safetensors Hugging Face folder at `out_dir`.
 

@@ -140,6 +140,6 @@ def test_the_core_commands_are_the_ones_the_client_names():
 
     assert core_installed()
     core = {c.name or c.callback.__name__.replace("_", "-") for c in core_app.registered_commands}
-    assert core == set(CORE_COMMANDS) == {"train", "import-gguf", "export", "estimate-memory",
+    assert core == set(CORE_COMMANDS) == {"train", "import-gguf", "base-gguf", "export", "estimate-memory",
                                              "gsm8k-to-chat"}
     assert {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands} == core | {"chat"}

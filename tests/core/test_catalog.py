@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,13 @@ import pytest
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.models import gguf_import
 from lcsb_core.models.catalog import CATALOG, GEMMA3_270M, SMOLLM2, catalog_entry
-from lcsb_core.models.gguf_import import ensure_model, shipped_gguf_path
+from lcsb_core.models.gguf_import import (
+    base_gguf_command,
+    base_gguf_file,
+    ensure_model,
+    sha256_of,
+    shipped_gguf_path,
+)
 from lcsb_core.models.identity import public_model_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +146,41 @@ def test_packing_past_gemmas_sliding_window_is_refused_before_the_model_loads(tm
     check_packing(cfg(pack=False, max_seq_len=4096), gemma)  # padding: transformers builds both masks
     smol = json.loads((imported(SMOLLM2.name) / "config.json").read_text())
     check_packing(cfg(pack=True, max_seq_len=4096), smol)  # no sliding-window layers
+
+
+def test_base_gguf_command_prints_the_shipped_file_torch_free(tmp_path):
+    """`lcsb base-gguf NAME` (what an export's README tells users to run) prints the catalog's exact file:
+    SmolLM2's inside its package, Gemma's assembled into --out and reused while its hash matches; an
+    unknown name exits 2 listing the catalog; torch is never imported."""
+    code = """
+import json, sys
+from typer.testing import CliRunner
+from lcsb_core.cli import app
+runs = [CliRunner().invoke(app, ["base-gguf", *args]) for args in json.loads(sys.argv[1])]
+print(json.dumps({"out": [[r.exit_code, r.stdout, r.output] for r in runs], "torch": "torch" in sys.modules}))
+"""
+    args = [["SmolLM2-135M-Instruct"], ["gemma-3-270m", "--out", str(tmp_path)], ["google/gemma-3-270m", "-o",
+                                                                                     str(tmp_path)], ["gemma-9b"]]
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["torch"] is False
+    (smol_rc, smol, _), (gemma_rc, gemma, _), (again_rc, again, _), (bad_rc, _, bad) = result["out"]
+    assert smol_rc == gemma_rc == again_rc == 0
+    smol_path, gemma_path = Path(smol.strip()), Path(gemma.strip())
+    assert smol_path.name == SMOLLM2.gguf_file and sha256_of(smol_path) == SMOLLM2.gguf_sha256
+    assert gemma_path == tmp_path / GEMMA3_270M.gguf_file and sha256_of(gemma_path) == GEMMA3_270M.gguf_sha256
+    assert Path(again.strip()) == gemma_path
+    assert bad_rc == 2 and "no catalog model 'gemma-9b'; catalog: SmolLM2-135M-Instruct, gemma-3-270m" in bad
+
+
+def test_base_gguf_reuses_an_assembled_file_only_while_its_hash_matches(tmp_path):
+    first = base_gguf_file("gemma-3-270m", tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert base_gguf_file("gemma-3-270m", tmp_path) == first and first.stat().st_mtime_ns == stamp
+    with open(first, "r+b") as f:
+        f.seek(1000)
+        f.write(b"\0")
+    assert base_gguf_file("gemma-3-270m", tmp_path) == first and sha256_of(first) == GEMMA3_270M.gguf_sha256
+    assert base_gguf_command(GEMMA3_270M) == "lcsb base-gguf gemma-3-270m"

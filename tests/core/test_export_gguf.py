@@ -6,8 +6,10 @@ tensors, and the refusals. One test checks the permutation on the real shipped S
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
+import os
 from pathlib import Path
 
 import gguf
@@ -44,10 +46,13 @@ def hf_weights(seed: int = 0) -> dict[str, np.ndarray]:
             for i in range(BLOCKS) for m, shape in SHAPES.items()}
 
 
-def write_base(path: Path, weights: dict[str, np.ndarray]) -> Path:
+def write_base(path: Path, weights: dict[str, np.ndarray], alignment: int | None = None) -> Path:
     """A tiny llama GGUF as convert_hf_to_gguf.py would write it: q/k rows permuted, linear weights
-    Q8_0, norms and embeddings F32, ChatML template, CONTROL tokens."""
+    Q8_0, norms and embeddings F32, ChatML template, CONTROL tokens; `alignment`: a `general.alignment`
+    other than the default 32."""
     w = gguf.GGUFWriter(str(path), "llama")
+    if alignment:
+        w.add_custom_alignment(alignment)
     w.add_block_count(BLOCKS)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
@@ -223,6 +228,32 @@ def test_merged_file_adds_the_delta_and_copies_everything_else(base_path, tmp_pa
     assert tensor(merged, "blk.0.attn_q.weight").tensor_type == gguf.GGMLQuantizationType[qtype]
 
 
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_merged_file_is_the_same_without_the_kernel_copy_and_keeps_the_alignment(tmp_path, monkeypatch, alignment):
+    """Tensors without an adapter are copied file to file (os.copy_file_range); where the file system
+    refuses that, the read/write loop writes the same bytes. A base with general.alignment 64 keeps it:
+    every tensor starts on a multiple of it and reads back as the base's bytes."""
+    base_path = write_base(tmp_path / "base.gguf", hf_weights(), alignment=alignment)
+    base = BaseGGUF.open(base_path)
+    plan = plan_tensors(read_adapter(write_peft(tmp_path / "peft", targets=("mlp.up_proj",))), base)
+    kernel = write_merged_gguf(base, plan, tmp_path / "kernel.gguf", "Q8_0", None)
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    loop = write_merged_gguf(base, plan, tmp_path / "loop.gguf", "Q8_0", None)
+    assert kernel.path.read_bytes() == loop.path.read_bytes()
+    merged = gguf.GGUFReader(kernel.path)
+    assert merged.alignment == (alignment or 32) and merged.data_offset % merged.alignment == 0
+    copied = [t for t in merged.tensors if t.name not in plan]
+    assert len(copied) == len(base.tensors) - BLOCKS
+    for t in merged.tensors:
+        assert (t.data_offset - merged.data_offset) % merged.alignment == 0
+    for t in copied:
+        assert bytes(t.data) == bytes(base.tensors[t.name].data), t.name
+
+
 def test_f16_keeps_the_delta_with_less_error_than_q8_0_than_q4_1(base_path, tmp_path):
     adapter = read_adapter(write_peft(tmp_path / "peft"))
     base = BaseGGUF.open(base_path)
@@ -360,7 +391,11 @@ def test_export_folder_has_files_modelfile_readme_manifest(base_path, tmp_path):
     modelfile = (tmp_path / "out" / "Modelfile").read_text()
     assert modelfile.startswith("FROM ./merged-f16.gguf\nTEMPLATE \"\"\"")
     assert 'PARAMETER stop "<|im_end|>"' in modelfile
-    assert "llama-cli -m base.gguf --lora adapter.gguf" in (tmp_path / "out" / "README.md").read_text()
+    assert manifest["base"]["gguf_command"] == "lcsb base-gguf SmolLM2-135M-Instruct"
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert f"`base.gguf` (SHA-256 `{entry.gguf_sha256}`)" in readme
+    assert "`lcsb base-gguf SmolLM2-135M-Instruct` (this project's CLI, no torch needed) prints its path" in readme
+    assert 'llama-cli -m "$(lcsb base-gguf SmolLM2-135M-Instruct)" --lora adapter.gguf' in readme
     assert result.files["adapter"] == tmp_path / "out" / "adapter.gguf"
     other = dataclasses.replace(entry, gguf_sha256="0" * 64)
     with pytest.raises(ExportError, match="not the catalog's"):

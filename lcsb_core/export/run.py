@@ -101,7 +101,7 @@ def export_run(run_dir: Path, out: Path, *, formats: list[str] | tuple[str, ...]
         base_gguf = shipped_gguf_path(entry, assemble_dir=Path(tmp))
         base = BaseGGUF.open(base_gguf)
         template = training_template(model_dir if model_dir.is_dir() else None, data_format,
-                                     gguf_template=base.chat_template)
+                                     gguf_template=base.chat_template, adapter_dir=folder)
         return export_adapter(folder, Path(out), base_gguf=base_gguf, entry=entry, formats=formats,
                               chat_template=template, data_format=data_format, job_id=job_id,
                               checkpoint_step=checkpoint_step, base=base)

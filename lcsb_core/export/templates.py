@@ -27,10 +27,13 @@ PLAIN_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor
 _SYS, _USER, _RESP = "\x01SYSTEM\x01", "\x01PROMPT\x01", "\x01RESPONSE\x01"
 
 
-def training_template(model_dir: Path | None, data_format: str, *, gguf_template: str | None = None) -> str:
-    """The chat template a job with data of `data_format` trained with: for `chat`, the base tokenizer's
-    (`chat_template.jinja` or `tokenizer_config.json` in the imported model folder `model_dir`, else
-    `gguf_template`); for `prompt_completion` and `text`, `PLAIN_TEMPLATE`.
+def training_template(model_dir: Path | None, data_format: str, *, gguf_template: str | None = None,
+                      adapter_dir: Path | None = None) -> str:
+    """The chat template a job with data of `data_format` trained with: for `chat`, the one the trainer
+    saved beside the adapter (`adapter_dir/chat_template.jinja`, `lcsb_core.checkpoint.CHAT_TEMPLATE_FILE`),
+    else the base tokenizer's (`chat_template.jinja` or `tokenizer_config.json` in the imported model
+    folder `model_dir`, else `gguf_template`: adapters trained before the trainer saved it); for
+    `prompt_completion` and `text`, `PLAIN_TEMPLATE`.
 
     Raises:
         ExportError: a chat job whose base has no chat template, or an unknown format.
@@ -39,6 +42,9 @@ def training_template(model_dir: Path | None, data_format: str, *, gguf_template
         return PLAIN_TEMPLATE
     if data_format != "chat":
         raise ExportError(f"unknown training data format {data_format!r}", field=None)
+    saved = Path(adapter_dir) / "chat_template.jinja" if adapter_dir is not None else None
+    if saved is not None and saved.is_file():
+        return saved.read_text(encoding="utf-8")
     if model_dir is not None:
         jinja = Path(model_dir) / "chat_template.jinja"
         if jinja.is_file():

@@ -438,3 +438,17 @@ def test_fast_header_parse_reads_what_the_stock_reader_reads(base_path):
         assert fast.fields[name].types == field.types and fast.fields[name].contents() == field.contents(), name
     assert [(t.name, t.tensor_type, bytes(t.data)) for t in fast.tensors] == [
         (t.name, t.tensor_type, bytes(t.data)) for t in stock.tensors]
+
+
+def test_the_template_saved_beside_the_adapter_comes_first_for_a_chat_job(tmp_path):
+    from lcsb_core.export.templates import training_template
+
+    base_dir, adapter_dir = tmp_path / "base", tmp_path / "adapter"
+    base_dir.mkdir()
+    adapter_dir.mkdir()
+    (base_dir / "chat_template.jinja").write_text("BASE {{ messages }}")
+    assert training_template(base_dir, "chat", adapter_dir=adapter_dir) == "BASE {{ messages }}"  # none saved
+    (adapter_dir / "chat_template.jinja").write_text("TRAINED {{ messages }}", encoding="utf-8")
+    assert training_template(base_dir, "chat", adapter_dir=adapter_dir) == "TRAINED {{ messages }}"
+    assert training_template(None, "chat", gguf_template="GGUF", adapter_dir=adapter_dir) == "TRAINED {{ messages }}"
+    assert training_template(base_dir, "text", adapter_dir=adapter_dir) == PLAIN_TEMPLATE  # text jobs: no template

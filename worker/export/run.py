@@ -99,7 +99,8 @@ def _make(storage: Storage, tmp: Path, *, export_id: str, job_id: str, model: st
     base = shipped_gguf_path(entry, assemble_dir=tmp)
     cached = model_cache_dir() / entry.name
     opened = BaseGGUF.open(base)
-    template = training_template(cached if cached.is_dir() else None, data_format, gguf_template=opened.chat_template)
+    template = training_template(cached if cached.is_dir() else None, data_format, gguf_template=opened.chat_template,
+                                 adapter_dir=folder)
     result = export_adapter(folder, tmp / "out", base_gguf=base, entry=entry, formats=formats, chat_template=template,
                             data_format=data_format, job_id=job_id, checkpoint_step=step, base=opened)
     by_name = {f["file"]: f for f in result.manifest["files"]}

@@ -6,9 +6,8 @@ positions before the head saves that work for prompt tokens and padding, in forw
 Sums (not means) are returned so the trainer can divide by the target-token count of the whole
 gradient-accumulation window (the loss is a mean over target tokens, not a mean of micro-batch means).
 
-With `chunk_bytes` > 0 passed to `lm_loss_sums` (the trainer passes none: off in the product, because
-the memory estimate that routes jobs is fitted to the unchunked head; with chunks and the head's terms
-moved to them, the Gemma-3-270M estimate read 1.53x its measured peak and SmolLM2 `tail` 0.82x) and
+With `chunk_bytes` > 0 passed to `lm_loss_sums` (the trainer passes `TrainConfig.loss_chunk_mib`, 16 MiB
+by default; `lcsb_core.memory` models the chunked head: its [N, hidden] gradient and one chunk's buffers) and
 autograd recording, the head and the cross-entropy run over chunks of target positions whose fp32 logits take
 at most that many bytes (16 MiB: 85 positions at SmolLM2's 49,152-token vocabulary, 16 at Gemma-3's
 262,144), and each chunk's gradient with respect to its hidden states is taken right away, inside the
@@ -21,7 +20,9 @@ and faulting in fresh pages every step (1.4-1.5 s per GiB on this project's VMs)
 and gradient are computed by the same ops as without chunks; only the loss's summation order
 differs. Measured in bench/page_faults.py (until commit f538568; bench/LOG.md, BENCHMARKS.md 1f). The
 LM head must be frozen (LoRA adapts the decoder's projections only); a trainable head gets the unchunked
-loss.
+loss. `skip_below` > 0 (off in the product; measured in bench/head_filter.py, BENCHMARKS.md) replaces a
+chunk's autograd backward by `filtered_chunk`, which skips the gradient GEMM for vocabulary blocks whose
+logit gradient is below the threshold at every position of the chunk.
 """
 
 from __future__ import annotations

@@ -100,6 +100,9 @@ def main() -> None:
         with autocast_for(model):
             shares = [filtered_chunk(picked[i:i + size], tgt[i:i + size], head, cap, threshold)[2]
                       for i in range(0, tgt.numel(), size)]
+        print(json.dumps({"batch": n, "hidden_grad_rel_err": rel(grads["filtered"], grads["exact"]),
+                          "blocks_skipped": sum(shares) / len(shares),
+                          "head_cpu_s_so_far": {k: round(v[1], 2) for k, v in times.items()}}), flush=True)
         exact_lora, filt_lora = lora_grads(model, batch, chunk_bytes, 0.0), lora_grads(model, batch, chunk_bytes,
                                                                                        threshold)
         num = sum(float((a.float() - b.float()).norm() ** 2) for a, b in zip(filt_lora, exact_lora, strict=True))

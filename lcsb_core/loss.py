@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -164,7 +165,7 @@ def filtered_chunk(hidden: torch.Tensor, tgt: torch.Tensor, head: nn.Module, cap
     g[rows, tgt] -= 1.0
     if slope is not None:
         g.mul_(slope)
-    weight = head.weight
+    weight = cast(torch.Tensor, head.weight)
     vocab = g.shape[1]
     full = vocab // VOCAB_BLOCK * VOCAB_BLOCK
     peak = g[:, :full].abs().view(g.shape[0], -1, VOCAB_BLOCK).amax(dim=(0, 2))  # [blocks]

@@ -243,7 +243,12 @@ class TrainConfig:
     this config's `lora` (`lcsb_core.init_adapter`). `init_optimizer_state`: also carry on the run that
     wrote it (the folder must be a checkpoint with `trainer_state.pt`): AdamW moments, RNG, schedule
     state and the step count, so the new run goes on from that step to this config's total steps in a
-    new run folder (what `--resume` does in the same folder)."""
+    new run folder (what `--resume` does in the same folder).
+
+    `loss_chunk_mib`: the LM head and its cross-entropy run over chunks of target positions whose fp32
+    logits take at most this many MiB, each chunk's gradient taken during the forward
+    (`lcsb_core.loss.HeadLossSum`), so the [targets, vocab] logits are never alive at once; 0 runs the
+    head over all target positions at once. 0 to 1,024."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -265,6 +270,7 @@ class TrainConfig:
     eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
     init_adapter: str | None = None
     init_optimizer_state: bool = False
+    loss_chunk_mib: int = 16
 
     def __post_init__(self) -> None:
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
@@ -279,6 +285,9 @@ class TrainConfig:
                "batch_size", "is 1 with schedule split, which divides each step's examples by depth and needs "
                "2 or more per step: raise {batch_size} or {gradient_accumulation_steps}",
                ("gradient_accumulation_steps",))
+        _check(isinstance(self.loss_chunk_mib, int) and not isinstance(self.loss_chunk_mib, bool)
+               and 0 <= self.loss_chunk_mib <= 1024, "loss_chunk_mib",
+               f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")
         _check(not self.init_optimizer_state or bool(self.init_adapter), "init_optimizer_state",
                "needs {init_adapter} (the checkpoint whose optimizer state is carried on)", ("init_adapter",))
 

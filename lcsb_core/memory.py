@@ -20,6 +20,13 @@ V vocab, L decoder layers):
                  is recomputed at a time.
     transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
                  (backward temporaries, allocator slack)
+    chunked head with `loss_chunk_bytes` C > 0 (`TrainConfig.loss_chunk_mib`, `lcsb_core.loss.HeadLossSum`):
+                 the head keeps no logits for backward, only the [N, H] gradient of its input (4 B x N x
+                 H in activations), and its transient is one chunk's buffers, `HEAD_CHUNK_BUFFERS` x C
+                 (fp32 logits, their softmax, its gradient, the bf16 copy under autocast). Measured on
+                 an AVX2 CPU (fp32 compute) only; with bf16 compute (an AVX512-BF16 CPU, CUDA), not
+                 re-measured since chunks went on, the estimate keeps the unchunked head's terms, an
+                 over-reservation of 13 B x N x V (the safe side) until a bf16 refit
     split        a depth split (`split`, `DepthSplit`) runs two passes one after the other, each a
                  forward and backward per micro-batch (`lcsb_core.step.run_step`): the deep pass with
                  B_d = min(B, D) rows x all L layers, then the shallow pass with B_s = min(B, W - D)
@@ -71,6 +78,8 @@ BASIS = {
             "kept on the safe side (it over-reserves) until a GPU refit (issue 36)",
 }
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
+HEAD_CHUNK_BUFFERS = 4
+"""Chunk-sized buffers alive at once in a chunk of the chunked LM head (see the module docstring)."""
 FP32_ACTIVATION_SCALE = 1.25
 """Per-layer activations and transients in fp32 compute relative to the bf16-autocast coefficients:
 not 2x, because under bf16 autocast autograd also keeps fp32 copies beside the bf16 tensors. Fitted on
@@ -141,7 +150,8 @@ class MemoryEstimate:
 def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, target_modules: tuple[str, ...],
                       batch_size: int, seq_len: int, backprop_layers: int | None, depth_split: DepthSplit | None,
                       gradient_checkpointing: bool, device: str, checkpoint_bytes: int = 0,
-                      compute_dtype: str | None = None, generation_tokens: int = 0) -> MemoryEstimate:
+                      loss_chunk_bytes: int, compute_dtype: str | None = None,
+                      generation_tokens: int = 0) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
     The job's settings have no defaults here: `estimate_for` reads them from a `TrainConfig`, whose
     dataclasses are their one home.
@@ -163,6 +173,8 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         compute_dtype: `bf16` or `fp32`, what an NF4 base computes in (`lcsb_core.models.quantization.
             compute_dtype`); None: `assumed_compute_dtype(device)`. fp32 doubles the non-quantized
             base tensors and scales the per-layer activations by `FP32_ACTIVATION_SCALE`.
+        loss_chunk_bytes: the chunked LM head's chunk (`TrainConfig.loss_chunk_mib` in bytes); 0: the
+            head over all targets at once, its logits and their gradient alive together.
         generation_tokens: tokens one graded-evaluation `generate` call holds
             (`EvalSettings.generation_tokens`); 0: the run has no graded evaluation.
 
@@ -190,6 +202,9 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
             layer_act = layers * tokens * 4 * h * act_scale + per_layer
         else:
             layer_act = layers * per_layer
+        if loss_chunk_bytes and act_scale != 1.0:  # fp32 compute, where it was measured (module docstring)
+            chunk = HEAD_CHUNK_BUFFERS * min(loss_chunk_bytes, 4 * tokens * v)
+            return layer_act + 4 * tokens * h, chunk + 8 * per_layer
         return layer_act + 9 * tokens * v, 4 * tokens * v + 8 * per_layer
 
     passes = [(batch_size, kept)] if depth_split is None else \
@@ -244,6 +259,7 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
                              depth_split=depth_split_for(schedule, batch_size=cfg.batch_size,
                                                          accumulation_steps=cfg.gradient_accumulation_steps),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
+                             loss_chunk_bytes=cfg.loss_chunk_mib * MIB,
                              checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype,
                              generation_tokens=cfg.eval.generation_tokens(cfg.data.max_seq_len) if cfg.eval else 0)
 

@@ -70,11 +70,12 @@ def split_rows(micro_batches: list[dict[str, torch.Tensor]], deep: int) -> tuple
 def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: torch.optim.Optimizer,
              micro_batches: list[dict[str, torch.Tensor]], selected: frozenset[int], *, step: int,
              momentum_for_skipped: bool, max_grad_norm: float, deep_fraction: float | None = None,
-             shallow: frozenset[int] | None = None) -> StepStats:
+             shallow: frozenset[int] | None = None, loss_chunk_bytes: int = 0) -> StepStats:
     """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated; with
     `deep_fraction` (a depth split), only `deep_rows` of the window's rows back-propagate through all of
     `selected`, the others through `shallow` (a subset of `selected`), and the gradients of the layers
-    in `selected` but not in `shallow` are rescaled to the deep rows' mean.
+    in `selected` but not in `shallow` are rescaled to the deep rows' mean. `loss_chunk_bytes`: the
+    LM head's chunk size for `lm_loss_sums` (bytes of fp32 logits; 0: no chunks).
 
     Raises:
         DivergenceError: the loss or the gradient norm is NaN/Inf (the optimizer has not stepped, so
@@ -93,7 +94,7 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     loss_total = 0.0
     for layers, batches in passes:
         selective.select(layers)
-        loss_total += _forward_backward(model, batches, total_targets, step)
+        loss_total += _forward_backward(model, batches, total_targets, step, loss_chunk_bytes)
     selective.select(selected)
     if len(passes) == 2:
         _rescale(selective, selected - passes[1][0], total_targets, sum(count_targets(b) for b in passes[0][1]))
@@ -112,12 +113,12 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
 
 
 def _forward_backward(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], total_targets: int,
-                      step: int) -> float:
+                      step: int, chunk_bytes: int) -> float:
     """Forward and backward each batch with its loss sum over `total_targets`; returns the summed loss."""
     loss_total = 0.0
     for batch in batches:
         with autocast_for(model):
-            sums = lm_loss_sums(model, batch)
+            sums = lm_loss_sums(model, batch, chunk_bytes=chunk_bytes)
         loss = sums.loss_sum / total_targets
         if not torch.isfinite(loss):
             raise DivergenceError(f"loss became {loss.item()} at step {step + 1}; lower the learning rate "

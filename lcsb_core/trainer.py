@@ -28,7 +28,7 @@ from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.init_adapter import initialise_from
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import evaluate_batches
-from lcsb_core.memory_probe import FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
+from lcsb_core.memory_probe import MIB, FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
 from lcsb_core.optim import build_optimizer, layer_lr_scales, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.run_length import planned_steps
@@ -168,7 +168,8 @@ class Trainer:
             stats = run_step(self.model, self.selective, self.optimizer, micro, selected, step=step,
                              momentum_for_skipped=cfg.lcsb.momentum_for_skipped,
                              max_grad_norm=cfg.optim.max_grad_norm, deep_fraction=self.schedule.deep_fraction,
-                             shallow=self.schedule.shallow_layers(step))
+                             shallow=self.schedule.shallow_layers(step),
+                             loss_chunk_bytes=cfg.loss_chunk_mib * MIB)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
             self.releaser.after_step()
             if base_eval_pending:

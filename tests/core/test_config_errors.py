@@ -57,3 +57,9 @@ def test_the_schedules_errors_name_their_field():
         schedule_for(LCSBSettings(k=31), num_layers=30)
     assert (info.value.field, info.value.message) == ("lcsb.k",
                                                       "must be in [1, 30] (the model's decoder layers), got 31")
+
+
+@pytest.mark.parametrize("value", [-1, 1025, 1.5, True, "16"])
+def test_a_bad_loss_chunk_size_names_its_field(value):
+    error = _error({"loss_chunk_mib": value})
+    assert error.field == "loss_chunk_mib" and "0 (no chunks) to 1024" in error.message

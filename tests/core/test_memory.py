@@ -44,7 +44,8 @@ batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids
 for step in range(sched.cycle_length):
     tracker.snapshot()
     run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True,
-             max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(step))
+             max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(step),
+             loss_chunk_bytes=spec.get("chunk_mib", 0) * 2**20)
 dtype = model.get_input_embeddings().weight.dtype
 print(json.dumps({"peak_mib": peak_mib(torch.device("cpu")), "max_backprop_layers": sched.max_backprop_layers(),
                   "compute_dtype": "fp32" if dtype == torch.float32 else "bf16"}))
@@ -60,6 +61,8 @@ CONFIGS = [
     dict(schedule="split", k=8, batch=4, seq=256, ckpt=False, quant="nf4", rank=16),
 ]
 UNQUANTIZED = dict(schedule="full", k=None, batch=2, seq=128, ckpt=False, quant="fp32", rank=8)
+#: The same configurations with the product's chunked LM-head loss (`TrainConfig.loss_chunk_mib`).
+CHUNKED = [{**spec, "chunk_mib": 16} for spec in CONFIGS + [UNQUANTIZED]]
 
 
 def measure_and_estimate(spec) -> tuple[float, float]:
@@ -73,15 +76,15 @@ def measure_and_estimate(spec) -> tuple[float, float]:
     est = estimate_peak_mib(config, quantization=spec["quant"], lora_rank=spec["rank"], batch_size=spec["batch"],
                             target_modules=LoraSettings.target_modules, seq_len=spec["seq"],
                             backprop_layers=probe["max_backprop_layers"], depth_split=split,
-                            gradient_checkpointing=spec["ckpt"],
+                            gradient_checkpointing=spec["ckpt"], loss_chunk_bytes=spec.get("chunk_mib", 0) * 2**20,
                             device="cpu", compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(folder / "model.safetensors").stat().st_size)
     print(spec, "measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())
     return probe["peak_mib"], est.total_mib
 
 
-@pytest.mark.parametrize("spec", CONFIGS + [UNQUANTIZED], ids=lambda s: f"{s['schedule']}-k{s['k']}-b{s['batch']}x"
-                         f"{s['seq']}-ckpt{int(s['ckpt'])}-{s['quant']}")
+@pytest.mark.parametrize("spec", CONFIGS + [UNQUANTIZED] + CHUNKED, ids=lambda s: f"{s['schedule']}-k{s['k']}-b"
+                         f"{s['batch']}x{s['seq']}-ckpt{int(s['ckpt'])}-{s['quant']}-chunk{s.get('chunk_mib', 0)}")
 def test_estimate_bounds_the_measured_peak(spec):
     """The estimate may be at most 20 % under the measured peak (the dangerous side: a job routed to
     a worker too small for it) and at most 60 % over it (a job routed to a bigger worker than needed).

@@ -19,15 +19,16 @@ SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 153
 def test_the_job_settings_are_required_keywords():
     params = inspect.signature(estimate_peak_mib).parameters
     settings = ("quantization", "lora_rank", "target_modules", "batch_size", "seq_len", "backprop_layers",
-                "depth_split", "gradient_checkpointing", "device")
+                "depth_split", "gradient_checkpointing", "device", "loss_chunk_bytes")
     assert {n: params[n].default for n in settings if params[n].default is not inspect.Parameter.empty} == {}
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in settings)
 
 
 def test_estimate_for_reads_the_configs_sequence_length():
-    """Token-proportional terms follow `data.max_seq_len` (default 512): twice those at 256."""
-    cfg = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}})
-    short = TrainConfig.from_dict({"data": {"train_file": "x.jsonl", "max_seq_len": 256}})
+    """Token-proportional terms follow `data.max_seq_len` (default 512): twice those at 256 (the unchunked
+    head, whose terms are all per token; a chunk's buffers are not)."""
+    cfg = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "loss_chunk_mib": 0})
+    short = TrainConfig.from_dict({"data": {"train_file": "x.jsonl", "max_seq_len": 256}, "loss_chunk_mib": 0})
     a, b = (estimate_for(c, SMOLLM2, device="cpu") for c in (cfg, short))
     assert cfg.data.max_seq_len == 512
     assert (a.activations_mib, a.transient_mib) == (2 * b.activations_mib, 2 * b.transient_mib)
@@ -52,9 +53,10 @@ def test_graded_evaluation_adds_its_kv_cache_and_the_dequantized_weights():
 
 
 def job(schedule: str, **over) -> TrainConfig:
-    """SmolLM2's benchmark job (BENCHMARKS.md, "The default on three kinds of data"): NF4, batch 4 x 256."""
+    """SmolLM2's benchmark job (BENCHMARKS.md, "The default on three kinds of data"): NF4, batch 4 x 256,
+    with the unchunked LM head (`loss_chunk_mib` 0), whose per-token terms the tests below spell out."""
     return TrainConfig.from_dict({"data": {"train_file": "x.jsonl", "max_seq_len": 256}, "batch_size": 4,
-                                  "lcsb": {"schedule": schedule}, **over})
+                                  "lcsb": {"schedule": schedule}, "loss_chunk_mib": 0, **over})
 
 
 def test_split_estimates_the_larger_of_its_deep_and_shallow_passes():
@@ -112,3 +114,19 @@ def test_the_estimate_says_how_far_it_holds_on_its_device():
     cpu, cuda = (estimate_for(cfg, SMOLLM2, device=d).to_dict() for d in ("cpu", "cuda:0"))
     assert "not fitted on a GPU" in cuda["basis"] and "safe side" in cuda["basis"]
     assert "0.8x-1.6x" in cpu["basis"]
+
+
+def test_the_chunked_head_drops_the_logits_terms_and_follows_the_config():
+    """With chunks (fp32 compute, where it was measured) the head keeps its [N, H] input gradient and one
+    chunk's buffers, not the [N, V] logits; bf16 compute, not re-measured, keeps the unchunked terms."""
+    from lcsb_core.config import DataSettings
+
+    on = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4)
+    off = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4, loss_chunk_mib=0)
+    chunked, whole = (estimate_for(c, SMOLLM2, device="cpu", compute_dtype="fp32") for c in (on, off))
+    bf16_on, bf16_off = (estimate_for(c, SMOLLM2, device="cpu", compute_dtype="bf16") for c in (on, off))
+    assert bf16_on.training_mib == bf16_off.training_mib
+    tokens = 4 * on.data.max_seq_len
+    head_whole = (9 + 4) * tokens * 49152 / 2**20
+    head_chunked = (4 * tokens * 576 + 4 * 16 * 2**20) / 2**20
+    assert whole.training_mib - chunked.training_mib == pytest.approx(head_whole - head_chunked)

@@ -248,7 +248,8 @@ class TrainConfig:
     `loss_chunk_mib`: the LM head and its cross-entropy run over chunks of target positions whose fp32
     logits take at most this many MiB, each chunk's gradient taken during the forward
     (`lcsb_core.loss.HeadLossSum`), so the [targets, vocab] logits are never alive at once; 0 runs the
-    head over all target positions at once. 0 to 1,024."""
+    head over all target positions at once (the default, until the memory estimate with chunks is
+    measured on every configuration of tests/core/test_memory.py: BENCHMARKS.md, "The chunked LM head"). 0 to 1,024."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -270,7 +271,7 @@ class TrainConfig:
     eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
     init_adapter: str | None = None
     init_optimizer_state: bool = False
-    loss_chunk_mib: int = 16
+    loss_chunk_mib: int = 0
 
     def __post_init__(self) -> None:
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)

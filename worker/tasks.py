@@ -42,8 +42,9 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
     sweeper.start_reaper(ctx.db, CeleryEnqueuer(ctx.settings, app=ctx.app), ctx.settings, _stop_reaper)
     if getattr(app, "lcsb_kind", None) == WorkerKind.INFERENCE:
         s = ctx.settings
-        log.info("LCSB worker ready: inference queue %s, process memory %s, %s, base precision %s",
-                 s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_precision)
+        log.info("LCSB worker ready: inference queue %s, process memory %s, %s, engine %s (transformers precision %s)",
+                 s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_engine,
+                 s.inference_precision)
         return
     log.info("LCSB worker ready: queue %s, memory cap %d MiB, %s, %d job slot%s; heartbeat bound %.0f s",
              wc.queue, wc.memory_mib, wc.device, wc.max_concurrent_jobs, "s" * (wc.max_concurrent_jobs != 1),

@@ -115,6 +115,10 @@ class LlamaGeneration:
         engine, p = self.engine, self.params
         llm = engine.llm
         llm.set_seed(p.seed if p.seed is not None else secrets.randbits(31))
+        # A prompt whose prefix is cached would be finished by a one-token decode, whose logits differ in
+        # the last bits from a batched prefill's; a sampled token can flip on that, so a fixed seed would
+        # not reproduce across requests. Every request prefills its whole prompt (100 tokens: ~0.1 s).
+        llm.reset()
         temp = p.temperature if p.temperature > 0 else 0.0
         made = llm.generate(self.prompt_ids, temp=temp, top_p=p.top_p, top_k=0, min_p=0.0, typical_p=1.0,
                             repeat_penalty=1.0)

@@ -9,6 +9,9 @@ streams; the official `openai` client streaming chat completions of the base mod
     .venv/bin/python bench/serving_speed.py --threads 1 --tokens 16 --rounds 1 --parts engine    # smoke
     .venv/bin/python bench/serving_speed.py --parts llama-cpp     # llama.cpp on the base GGUF, if installed
     .venv/bin/python bench/serving_speed.py --parts compare --tokens 32 --rounds 5   # interleaved side by side
+    python bench/serving_speed.py --parts engines --tokens 64 --rounds 3 --out bench/results/serving_engines.json
+        # llama.cpp base vs our llama.cpp engine with a real job's adapter vs transformers + PEFT, SmolLM2
+        # and Gemma-3-270M, plus greedy fidelity against PEFT (bench/serving_engines.py)
 
 TTFT "cold" is the first request for the adapter (read from disk and attached to the loaded base);
 "cached" the later ones. Decode tokens/s = (tokens - 1) / (time of the last piece - time of the first).
@@ -213,7 +216,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--parts", default="engine,service",
-                    help="of engine, service, compare, llama-cpp (comma-separated)")
+                    help="of engine, service, compare, llama-cpp, engines (comma-separated)")
+    ap.add_argument("--models", default="smollm2,gemma", help="engines: of smollm2, gemma")
+    ap.add_argument("--steps", type=int, default=20, help="engines: training steps of each model's job")
+    ap.add_argument("--prompts", type=int, default=20, help="engines: held-out prompts for fidelity")
+    ap.add_argument("--new-tokens", type=int, default=64, help="engines: greedy tokens per fidelity prompt")
     ap.add_argument("--out", type=Path, default=Path("bench/results/scratch/serving_speed.json"))
     args = ap.parse_args()
     started = datetime.now(UTC)
@@ -231,6 +238,12 @@ def main() -> None:
                                           args.threads))
     if "llama-cpp" in parts:
         result.update(llama_cpp_numbers(args.tokens, args.rounds, args.threads))
+    if "engines" in parts:
+        from bench.serving_engines import engines_numbers
+
+        result.update(engines_numbers(args.models.split(","), tokens=args.tokens, rounds=args.rounds,
+                                      threads=args.threads, steps=args.steps, prompts=args.prompts,
+                                      new_tokens=args.new_tokens))
     for k, v in result.items():
         print(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
     write_result(args.out, result, vars(args) | {"out": str(args.out)}, started=started)

@@ -166,40 +166,55 @@ class Generation:
 
         thread = threading.Thread(target=run, name="lcsb-generate", daemon=True)
         thread.start()
-        stopped_by_string = False
-        try:
-            held = ""
+        hit: list[bool] = []
+
+        def made() -> Iterator[str]:
             while (piece := pieces.get()) is not None:
-                if stopped_by_string:
-                    continue
-                held += piece
-                cut = _first_stop(held, self.params.stop)
-                if cut is not None:
-                    stopped_by_string = True
-                    halt.set()
-                    if held[:cut]:
-                        yield held[:cut]
-                    held = ""
-                    continue
-                keep = _stop_prefix_len(held, self.params.stop)
-                if len(held) > keep:
-                    yield held[:len(held) - keep]
-                    held = held[len(held) - keep:]
-            if held and not stopped_by_string:
-                yield held
+                yield piece
+
+        def stopped() -> None:
+            hit.append(True)
+            halt.set()
+
+        try:
+            yield from cut_stops(made(), self.params.stop, stopped)
         finally:
             halt.set()
             thread.join()
         if failure:
             raise failure[0]
         self.completion_tokens = len(streamer.tokens)
-        last = streamer.tokens[-1] if streamer.tokens else None
-        if stopped_by_string or last in self.engine.end_token_ids:
-            self.finish_reason = "stop"
-        elif self.completion_tokens >= self.params.max_new_tokens:
-            self.finish_reason = "length"
-        else:
-            self.finish_reason = "cancelled"
+        self.finish_reason = finish_reason(bool(hit), streamer.tokens, self.engine.end_token_ids,
+                                           self.params.max_new_tokens)
+
+
+def finish_reason(stopped_by_string: bool, tokens: list[int], end_ids: frozenset[int], max_new_tokens: int) -> str:
+    """"stop" (a stop string, or the last token is an end token), "length" (`max_new_tokens` made),
+    else "cancelled"."""
+    if stopped_by_string or (tokens and tokens[-1] in end_ids):
+        return "stop"
+    return "length" if len(tokens) >= max_new_tokens else "cancelled"
+
+
+def cut_stops(pieces: Iterator[str], stops: tuple[str, ...], on_stop: Callable[[], object]) -> Iterator[str]:
+    """The text of `pieces` up to the first of `stops` (not included; OpenAI's rule), text held back
+    while it could still be the start of one; `on_stop` is called when one is found (then no more is
+    read from `pieces`)."""
+    held = ""
+    for piece in pieces:
+        held += piece
+        cut = _first_stop(held, stops)
+        if cut is not None:
+            on_stop()
+            if held[:cut]:
+                yield held[:cut]
+            return
+        keep = _stop_prefix_len(held, stops)
+        if len(held) > keep:
+            yield held[:len(held) - keep]
+            held = held[len(held) - keep:]
+    if held:
+        yield held
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
@@ -218,37 +233,12 @@ def _stop_prefix_len(text: str, stops: tuple[str, ...]) -> int:
     return best
 
 
-class InferenceEngine:
-    """One base model (loaded once, `precision` fp32 or bf16, on `device`) and its adapter cache."""
+class Prompting:
+    """What every engine shares (one source): `tokenizer` (the base folder's, transformers), the chat
+    template choice, prompt rendering and the end tokens. Subclasses set `tokenizer` and `end_token_ids`."""
 
-    def __init__(self, base_path: Path, *, precision: str = "fp32", device: str = "cpu",
-                 max_adapters: int = 8, max_adapter_mib: float = 512.0) -> None:
-        from lcsb_core.models.loading import load_base_model, load_tokenizer
-
-        self.base_path = base_path
-        self.tokenizer = load_tokenizer(base_path)
-        base: Any = load_base_model(base_path, quantization=precision, device=torch.device(device))
-        base.eval()
-        base.config.use_cache = True
-        self.base = base
-        self.device = torch.device(device)
-        self.adapters = AdapterCache(self.base, max_count=max_adapters, max_mib=max_adapter_mib)
-        self.end_token_ids = self._end_tokens()
-
-    def _end_tokens(self) -> frozenset[int]:
-        ids: set[int] = set()
-        eos = getattr(self.base.generation_config, "eos_token_id", None)
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        vocab = self.tokenizer.get_vocab()
-        ids.update(vocab[t] for t in CHAT_END_TOKENS if t in vocab)
-        return frozenset(ids)
-
-    @property
-    def context_length(self) -> int:
-        """The longest sequence the model takes (tokens)."""
-        return int(getattr(self.base.config, "max_position_embeddings", 2048))
+    tokenizer: Any
+    end_token_ids: frozenset[int]
 
     def template_of(self, adapter_dir: Path | None) -> str | None:
         """The chat template to render with: the adapter's `chat_template.jinja`, else the base's (None: none)."""
@@ -272,6 +262,40 @@ class InferenceEngine:
     def text_prompt(self, prompt: str) -> list[int]:
         """Token ids of a completions prompt (with the tokenizer's BOS where it adds one)."""
         return self.tokenizer(prompt)["input_ids"]
+
+
+def end_tokens(tokenizer: Any, eos: int | list[int] | None) -> frozenset[int]:
+    """The ids that end an answer: `eos` (the generation config's), the tokenizer's EOS and the chat end
+    markers (`CHAT_END_TOKENS`) the vocabulary has."""
+    ids: set[int] = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in CHAT_END_TOKENS if t in vocab)
+    return frozenset(ids)
+
+
+class InferenceEngine(Prompting):
+    """One base model (loaded once, `precision` fp32 or bf16, on `device`) and its adapter cache."""
+
+    def __init__(self, base_path: Path, *, precision: str = "fp32", device: str = "cpu",
+                 max_adapters: int = 8, max_adapter_mib: float = 512.0) -> None:
+        from lcsb_core.models.loading import load_base_model, load_tokenizer
+
+        self.base_path = base_path
+        self.tokenizer = load_tokenizer(base_path)
+        base: Any = load_base_model(base_path, quantization=precision, device=torch.device(device))
+        base.eval()
+        base.config.use_cache = True
+        self.base = base
+        self.device = torch.device(device)
+        self.adapters = AdapterCache(self.base, max_count=max_adapters, max_mib=max_adapter_mib)
+        self.end_token_ids = end_tokens(self.tokenizer, getattr(self.base.generation_config, "eos_token_id", None))
+
+    @property
+    def context_length(self) -> int:
+        """The longest sequence the model takes (tokens)."""
+        return int(getattr(self.base.config, "max_position_embeddings", 2048))
 
     def stream(self, prompt_ids: list[int], adapter_dir: Path | None, params: SamplingParams,
                should_stop: Callable[[], bool] = lambda: False) -> Generation:

@@ -149,7 +149,9 @@ class Settings(BaseSettings):
     # Serving (`/v1/chat/completions`, `/v1/completions`; `python -m worker --kind inference`, docs/inference.md).
     # Inference workers consume `inference_queue`, cap their own process at `inference_memory_mib`, and
     # keep at most `inference_adapter_cache_count` adapters of at most `inference_adapter_cache_mib` MiB
-    # in all beside one base per model in `inference_precision` (fp32: measured fastest on CPU, BENCHMARKS.md).
+    # in all beside one base per model. `inference_engine` "auto": llama.cpp (llama-cpp-python) on the base's
+    # catalog GGUF on CPU, else transformers + PEFT in `inference_precision` (fp32: fastest of its options on
+    # CPU); "llama_cpp" / "transformers" force one (docs/inference.md has the measurements).
     # The API answers 400 past `inference_max_new_tokens` and 503 `server_overloaded` (Retry-After
     # `api_retry_after_s`) while `inference_max_pending` of its requests are in flight; a request no
     # worker starts within `inference_start_timeout_s` is 503 too.
@@ -157,6 +159,7 @@ class Settings(BaseSettings):
     inference_device: Literal["cpu", "cuda"] = "cpu"
     inference_memory_mib: int = Field(default=4096, gt=0)
     inference_precision: Literal["fp32", "bf16"] = "fp32"
+    inference_engine: Literal["auto", "llama_cpp", "transformers"] = "auto"
     inference_adapter_cache_count: int = Field(default=8, ge=1)
     inference_adapter_cache_mib: int = Field(default=512, ge=1)
     inference_max_new_tokens: int = Field(default=512, ge=1)

@@ -43,8 +43,9 @@ def _on_worker_ready(sender=None, **_kwargs) -> None:  # Celery's consumer
     kind = getattr(app, "lcsb_kind", None)
     if kind == WorkerKind.INFERENCE:
         s = ctx.settings
-        log.info("LCSB worker ready: inference queue %s, process memory %s, %s, base precision %s",
-                 s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_precision)
+        log.info("LCSB worker ready: inference queue %s, process memory %s, %s, engine %s (transformers precision %s)",
+                 s.inference_queue, getattr(app, "lcsb_cap", "not capped"), s.inference_device, s.inference_engine,
+                 s.inference_precision)
         return
     if kind == WorkerKind.EXPORT:
         log.info("LCSB worker ready: export queue %s, process memory %s; a running export is lost after %.0f s",

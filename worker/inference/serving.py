@@ -3,9 +3,11 @@ the request's stream (`lcsb_service.streams`).
 
     serve(ctx, request_id)
 
-Per process: one `lcsb_core.inference.InferenceEngine` per base model, made on the first request for
-it (the base loads once; its adapter LRU is bounded by `Settings.inference_adapter_cache_count` and
-`inference_adapter_cache_mib`), and adapter archives extracted once into
+Per process: one engine per base model, made on the first request for it (the base loads once; its
+adapter LRU is bounded by `Settings.inference_adapter_cache_count` and `inference_adapter_cache_mib`):
+`lcsb_core.llama_engine.LlamaEngine` (llama.cpp on the catalog's GGUF, adapters converted to GGUF once
+into `<data_dir>/inference-adapters/gguf/`) on CPU, else `lcsb_core.inference.InferenceEngine`
+(`Settings.inference_engine`). Adapter archives are extracted once into
 `<data_dir>/inference-adapters/<hash of the storage key>/`.
 
 Records written: `start` (prompt tokens) or an `error` first (404 `model_not_found`, 400
@@ -17,6 +19,7 @@ client went away) stops within a token and leaves nothing behind.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -32,6 +35,7 @@ from lcsb_service.catalog import ModelInfo
 from lcsb_service.chat import GenerationRequest
 from lcsb_service.errors import NotFound
 from lcsb_service.served_models import ServedModel, resolve
+from lcsb_service.settings import Settings
 from lcsb_service.streams import TokenStreams, token_streams
 from worker.context import WorkerContext
 from worker.threads import thread_policy
@@ -42,24 +46,65 @@ _lock = threading.Lock()
 
 
 def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
-    """The process's engine for `base` (loaded now on first use)."""
-    from lcsb_core.inference import InferenceEngine
-
+    """The process's engine for `base` (loaded now on first use): `lcsb_core.llama_engine.LlamaEngine` on
+    the catalog's base GGUF when `inference_engine` allows it (auto: on CPU, with llama-cpp-python
+    installed and the GGUF's package present), else `lcsb_core.inference.InferenceEngine`."""
     with _lock:
         if base.name not in _engines:
             s = ctx.settings
-            import torch
-
-            # the training rule's thread count (the override, else this worker's CPUs: affinity and cgroup
-            # quota); its wait policy would have to be set before torch loads OpenMP, so decoding keeps libgomp's
-            torch.set_num_threads(thread_policy(override=s.worker_torch_threads).threads)
+            # the training rule's thread count (the override, else this worker's CPUs: affinity and cgroup quota)
+            threads = thread_policy(override=s.worker_torch_threads).threads
             t0 = time.monotonic()
-            _engines[base.name] = InferenceEngine(base.path, precision=s.inference_precision, device=s.inference_device,
+            gguf = _base_gguf(s, base)
+            if gguf is not None:
+                from lcsb_core.llama_engine import LlamaEngine
+
+                _engines[base.name] = LlamaEngine(base.path, gguf, threads=threads,
+                                                  lora_dir=s.data_dir.resolve() / "inference-adapters" / "gguf",
                                                   max_adapters=s.inference_adapter_cache_count,
                                                   max_adapter_mib=s.inference_adapter_cache_mib)
-            log.info("loaded base %s (%s, %s) in %.1f s", base.name, s.inference_precision, s.inference_device,
-                     time.monotonic() - t0)
+                log.info("loaded base %s (llama.cpp, %s, %d threads) in %.1f s", base.name, gguf.name, threads,
+                         time.monotonic() - t0)
+            else:
+                import torch
+
+                from lcsb_core.inference import InferenceEngine
+
+                # its wait policy would have to be set before torch loads OpenMP, so decoding keeps libgomp's
+                torch.set_num_threads(threads)
+                _engines[base.name] = InferenceEngine(base.path, precision=s.inference_precision,
+                                                      device=s.inference_device,
+                                                      max_adapters=s.inference_adapter_cache_count,
+                                                      max_adapter_mib=s.inference_adapter_cache_mib)
+                log.info("loaded base %s (transformers, %s, %s) in %.1f s", base.name, s.inference_precision,
+                         s.inference_device, time.monotonic() - t0)
         return _engines[base.name]
+
+
+def _base_gguf(s: Settings, base: ModelInfo) -> Path | None:
+    """The catalog GGUF to serve `base` with in llama.cpp, or None for the transformers engine.
+
+    Raises:
+        ModelLoadError: `inference_engine` is "llama_cpp" and the GGUF or llama-cpp-python is missing.
+    """
+    from lcsb_core.errors import ModelLoadError
+    from lcsb_core.models.catalog import catalog_entry
+    from lcsb_core.models.gguf_import import shipped_gguf_path
+
+    if s.inference_engine == "transformers" or (s.inference_engine == "auto" and s.inference_device != "cpu"):
+        return None
+    entry = catalog_entry(base.name)
+    try:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ModelLoadError("llama-cpp-python is not installed (scripts/setup.sh builds it)")
+        if entry is None:
+            raise ModelLoadError(f"{base.name} is not a catalog model: it has no base GGUF")
+        return shipped_gguf_path(entry)
+    except ModelLoadError as exc:
+        if s.inference_engine == "llama_cpp":
+            raise
+        log.warning("serving %s with transformers + PEFT: %s", base.name, exc)
+        return None
 
 
 def adapter_folder(ctx: WorkerContext, key: str) -> Path:

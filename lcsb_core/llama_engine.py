@@ -1,0 +1,239 @@
+"""Generation with llama.cpp (llama-cpp-python) on the catalog's base GGUF plus LoRA adapters converted
+to llama.cpp's LoRA GGUF: the CPU default for serving (`lcsb_core.inference` is the transformers + PEFT
+fallback, for CUDA or a base without a GGUF). Same interface as `InferenceEngine`:
+
+    engine = LlamaEngine(model_dir, gguf_path, lora_dir=Path("var/inference-adapters/gguf"), threads=2)
+    ids = engine.chat_prompt(messages, template=engine.template_of(adapter_dir))
+    run = engine.stream(ids, adapter_dir, SamplingParams(max_new_tokens=64, temperature=0))
+    for text in run: print(text, end="")
+    run.finish_reason, run.completion_tokens, run.tokens
+
+The base GGUF loads once (one `llama_context` of `n_ctx` tokens). A PEFT adapter is converted on its
+first use with the export's converter (`lcsb_core.export.convert.write_adapter_gguf`) into
+`<lora_dir>/<adapter SHA-256>.gguf` (kept across restarts), loaded with `llama_adapter_lora_init`, and
+kept in an LRU bounded in count and MiB of GGUF (`GGUFAdapterCache`; evicted adapters are freed with
+`llama_adapter_lora_free`). Each request sets its adapter on the context (`llama_set_adapters_lora`;
+none for the base alone); the KV cache is reused for a prompt prefix only while the adapter stays the same.
+
+Prompts come from the base folder's transformers tokenizer and the job's chat template (`Prompting`,
+one source with the fallback); its token ids are the GGUF's (both catalog GGUFs are where the folders
+were imported from). Sampling follows OpenAI: temperature 0 greedy, else temperature and `top_p`
+only (llama-cpp-python's default top-k 40 and min-p 0.05 are switched off); `seed` seeds the sampler.
+Every end token stops (`end_tokens`), stop strings are cut as in the fallback (`cut_stops`), and
+`should_stop` is asked before every new token.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from lcsb_core.errors import ModelLoadError
+from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, cut_stops, end_tokens, finish_reason
+
+MAX_CONTEXT = 8192   # tokens of KV cache per engine (Gemma-3-270M's 32,768 would hold ~0.6 GB for nothing)
+
+
+class GGUFAdapterCache:
+    """llama.cpp LoRA adapters loaded on one base model, least recently used first out: at most
+    `max_count` adapters and `max_mib` MiB of adapter GGUF (one larger than `max_mib` alone is still
+    served, then evicted by the next). `convert(adapter_dir, out)` writes an adapter's GGUF file."""
+
+    def __init__(self, model: Any, lora_dir: Path, convert: Callable[[Path, Path], None], *,
+                 max_count: int, max_mib: float) -> None:
+        self.model, self.lora_dir, self.convert = model, lora_dir, convert
+        self.max_count, self.max_mib = max_count, max_mib
+        self.sizes: OrderedDict[str, float] = OrderedDict()   # SHA-256 -> MiB, oldest first
+        self.handles: dict[str, Any] = {}                     # SHA-256 -> llama_adapter_lora pointer
+        self.loads = 0          # adapters loaded into llama.cpp (a cache miss each)
+        self.conversions = 0    # PEFT adapters converted to GGUF (first use on this machine)
+
+    def gguf_of(self, adapter_dir: Path, sha: str) -> Path:
+        """The adapter's GGUF file, converted now when not on disk (written under a temporary name and
+        renamed: concurrent workers never read half a file)."""
+        path = self.lora_dir / f"{sha}.gguf"
+        if not path.is_file():
+            self.lora_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+            self.convert(adapter_dir, tmp)
+            tmp.rename(path)
+            self.conversions += 1
+        return path
+
+    def get(self, adapter_dir: Path, before_evict: Callable[[str], None]) -> tuple[str, Any]:
+        """(SHA-256, llama_adapter_lora pointer) of `adapter_dir`, loaded now if not cached.
+        `before_evict(sha)` runs before an adapter is freed (the context must not hold it then).
+
+        Raises:
+            ModelLoadError: llama.cpp refused the converted file.
+        """
+        import llama_cpp
+
+        sha = adapter_hash(adapter_dir)
+        if sha in self.sizes:
+            self.sizes.move_to_end(sha)
+            return sha, self.handles[sha]
+        path = self.gguf_of(adapter_dir, sha)
+        handle = llama_cpp.llama_adapter_lora_init(self.model, str(path).encode())
+        if not handle:
+            raise ModelLoadError(f"llama.cpp could not load the LoRA adapter converted from {adapter_dir.name}")
+        self.loads += 1
+        self.sizes[sha], self.handles[sha] = path.stat().st_size / MIB, handle
+        while len(self.sizes) > 1 and (len(self.sizes) > self.max_count or self.mib > self.max_mib):
+            oldest = next(iter(self.sizes))
+            before_evict(oldest)
+            llama_cpp.llama_adapter_lora_free(self.handles.pop(oldest))
+            del self.sizes[oldest]
+        return sha, handle
+
+    @property
+    def mib(self) -> float:
+        """MiB of adapter GGUF loaded now."""
+        return sum(self.sizes.values())
+
+
+class LlamaGeneration:
+    """One generation: iterate for text pieces; then `finish_reason` ("stop", "length", or "cancelled"
+    when `should_stop` ended it), `completion_tokens` and `tokens` (the ids made, an end token included)."""
+
+    def __init__(self, engine: LlamaEngine, adapter: tuple[str, Any] | None, prompt_ids: list[int],
+                 params: SamplingParams, should_stop: Callable[[], bool]) -> None:
+        self.engine, self.adapter, self.prompt_ids, self.params = engine, adapter, prompt_ids, params
+        self.should_stop = should_stop
+        self.tokens: list[int] = []
+        self.finish_reason: str | None = None
+        self.completion_tokens = 0
+
+    def _texts(self) -> Iterator[str]:
+        """Text pieces as tokens are made (a partial UTF-8 character waits for the rest of it)."""
+        engine, p = self.engine, self.params
+        llm = engine.llm
+        llm.set_seed(p.seed if p.seed is not None else secrets.randbits(31))
+        # A prompt whose prefix is cached would be finished by a one-token decode, whose logits differ in
+        # the last bits from a batched prefill's; a sampled token can flip on that, so a fixed seed would
+        # not reproduce across requests. Every request prefills its whole prompt (100 tokens: ~0.1 s).
+        llm.reset()
+        temp = p.temperature if p.temperature > 0 else 0.0
+        made = llm.generate(self.prompt_ids, temp=temp, top_p=p.top_p, top_k=0, min_p=0.0, typical_p=1.0,
+                            repeat_penalty=1.0)
+        printed = 0
+        try:
+            while len(self.tokens) < p.max_new_tokens and not self.should_stop():
+                token = int(next(made))
+                self.tokens.append(token)
+                if token in engine.end_token_ids:
+                    return
+                text = engine.tokenizer.decode(self.tokens, skip_special_tokens=True)
+                if not text.endswith("\ufffd") and len(text) > printed:
+                    yield text[printed:]
+                    printed = len(text)
+        finally:
+            made.close()
+
+    def __iter__(self) -> Iterator[str]:
+        hit: list[bool] = []
+        with self.engine.lock:
+            self.engine.use(self.adapter)
+            yield from cut_stops(self._texts(), self.params.stop, lambda: hit.append(True))
+        self.completion_tokens = len(self.tokens)
+        self.finish_reason = finish_reason(bool(hit), self.tokens, self.engine.end_token_ids,
+                                           self.params.max_new_tokens)
+
+
+class LlamaEngine(Prompting):
+    """One base GGUF (`gguf_path`, loaded once, `threads` CPU threads) with the tokenizer and generation
+    config of the imported model folder `base_path`, and its LoRA adapter cache (GGUF files in `lora_dir`).
+
+    Raises:
+        ModelLoadError: llama.cpp cannot load `gguf_path`.
+    """
+
+    def __init__(self, base_path: Path, gguf_path: Path, *, lora_dir: Path, threads: int = 2,
+                 max_adapters: int = 8, max_adapter_mib: float = 512.0, n_ctx: int | None = None) -> None:
+        from llama_cpp import Llama
+        from transformers import AutoConfig, GenerationConfig
+
+        from lcsb_core.models.loading import load_tokenizer
+
+        self.base_path, self.gguf_path = base_path, gguf_path
+        self.tokenizer = load_tokenizer(base_path)
+        config = AutoConfig.from_pretrained(base_path, local_files_only=True)
+        try:
+            eos = GenerationConfig.from_pretrained(base_path, local_files_only=True).eos_token_id
+        except OSError:   # no generation_config.json
+            eos = getattr(config, "eos_token_id", None)
+        self.end_token_ids = end_tokens(self.tokenizer, eos)
+        context = int(getattr(config, "max_position_embeddings", 2048))
+        self.n_ctx = min(n_ctx or MAX_CONTEXT, context)
+        try:
+            self.llm = Llama(model_path=str(gguf_path), n_ctx=self.n_ctx, n_threads=threads, n_threads_batch=threads,
+                             verbose=False)
+        except ValueError as exc:   # llama-cpp-python's "Failed to load model from file"
+            raise ModelLoadError(f"llama.cpp cannot load {gguf_path.name}: {exc}") from exc
+        self._base_gguf: Any = None
+        self.adapters = GGUFAdapterCache(self.llm.model, lora_dir, self._convert, max_count=max_adapters,
+                                         max_mib=max_adapter_mib)
+        self.lock = threading.RLock()
+        self._active: str | None = None   # SHA-256 of the adapter set on the context; None: the base alone
+
+    @property
+    def context_length(self) -> int:
+        """The longest sequence this engine takes (tokens): the model's context, at most `MAX_CONTEXT`."""
+        return self.n_ctx
+
+    def _convert(self, adapter_dir: Path, out: Path) -> None:
+        """PEFT adapter -> llama.cpp LoRA GGUF with the export's converter (checks included)."""
+        from lcsb_core.export.adapter import read_adapter
+        from lcsb_core.export.base import BaseGGUF
+        from lcsb_core.export.convert import plan_tensors, write_adapter_gguf
+        from lcsb_core.export.formats import ADAPTER, check_exportable
+
+        if self._base_gguf is None:
+            self._base_gguf = BaseGGUF.open(self.gguf_path)   # header parse: seconds, once
+        adapter = read_adapter(adapter_dir)
+        check_exportable(adapter.config, (ADAPTER,), tied_embeddings=self._base_gguf.tied_embeddings)
+        write_adapter_gguf(adapter, self._base_gguf, plan_tensors(adapter, self._base_gguf), out)
+
+    def use(self, adapter: tuple[str, Any] | None) -> None:
+        """Set `adapter` ((SHA-256, pointer); None: none) on the context; a change drops the KV cache.
+
+        Raises:
+            RuntimeError: llama.cpp refused the adapter.
+        """
+        import llama_cpp
+
+        key = adapter[0] if adapter is not None else None
+        if key == self._active:
+            return
+        if adapter is None:
+            rc = llama_cpp.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
+        else:
+            one = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter[1])
+            rc = llama_cpp.llama_set_adapters_lora(self.llm.ctx, one, 1, (ctypes.c_float * 1)(1.0))
+        if rc != 0:
+            raise RuntimeError(f"llama_set_adapters_lora failed ({rc})")
+        self._active = key
+        self.llm.reset()   # the cached keys and values were computed with the other adapter
+
+    def _detach(self, sha: str) -> None:
+        if self._active == sha:
+            self.use(None)
+
+    def stream(self, prompt_ids: list[int], adapter_dir: Path | None, params: SamplingParams,
+               should_stop: Callable[[], bool] = lambda: False) -> LlamaGeneration:
+        """A generation of `prompt_ids` with the adapter at `adapter_dir` (None: the base alone).
+
+        Raises:
+            lcsb_core.errors.ExportError: the adapter cannot be held by a GGUF LoRA (it adapts a tensor
+                the base GGUF lacks, or is of another base).
+            ModelLoadError: llama.cpp refused the converted adapter.
+        """
+        with self.lock:
+            adapter = self.adapters.get(adapter_dir, self._detach) if adapter_dir is not None else None
+        return LlamaGeneration(self, adapter, prompt_ids, params, should_stop)

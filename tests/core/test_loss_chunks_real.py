@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.head_filter import gsm8k_batches
-from lcsb_core.config import LoraSettings, TrainConfig
+from lcsb_core.config import LoraSettings
 from lcsb_core.lora import apply_lora
 from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.models.gguf_import import ensure_default_model

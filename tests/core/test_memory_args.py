@@ -121,7 +121,7 @@ def test_the_chunked_head_drops_the_logits_terms_and_follows_the_config():
     chunk's buffers, not the [N, V] logits; bf16 compute, not re-measured, keeps the unchunked terms."""
     from lcsb_core.config import DataSettings
 
-    on = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4)
+    on = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4, loss_chunk_mib=16)
     off = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4, loss_chunk_mib=0)
     chunked, whole = (estimate_for(c, SMOLLM2, device="cpu", compute_dtype="fp32") for c in (on, off))
     bf16_on, bf16_off = (estimate_for(c, SMOLLM2, device="cpu", compute_dtype="bf16") for c in (on, off))

@@ -88,7 +88,8 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "summary.json", "plots/loss.png"} <= arts
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz", headers=service.headers)
     names = tarfile.open(fileobj=io.BytesIO(r.content)).getnames()
-    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors", "adapter/chat_template.jinja"} <= set(names)
+    assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors",
+            "adapter/chat_template.jinja"} <= set(names)
     r = service.client.get(f"/v1/files/{done['result_files'][0]}/content", headers=service.headers)
     assert r.status_code == 200 and r.text.startswith("split,")
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lcsb_core.lru import LruBound
 
 CHAT_END_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>")
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -65,17 +66,15 @@ class AdapterCache:
     served, then evicted by the next one)."""
 
     def __init__(self, base: torch.nn.Module, *, max_count: int, max_mib: float) -> None:
-        self.base, self.max_count, self.max_mib = base, max_count, max_mib
+        self.base = base
         self.model: Any = None                    # the PeftModel, made with the first adapter
-        self.sizes: OrderedDict[str, float] = OrderedDict()   # name -> MiB, oldest first
+        self.lru = LruBound(max_count=max_count, max_mib=max_mib)   # adapter name -> MiB
         self.loads = 0                            # adapters read from disk (a cache miss each)
 
     def activate(self, adapter_dir: Path) -> Any:
         """The PeftModel with `adapter_dir`'s adapter active (loaded now if not cached)."""
         name = "a" + adapter_hash(adapter_dir)[:16]
-        if name in self.sizes:
-            self.sizes.move_to_end(name)
-        else:
+        if not self.lru.touch(name):
             from peft import PeftModel
 
             if self.model is None:
@@ -84,23 +83,17 @@ class AdapterCache:
             else:
                 self.model.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=False)
             self.loads += 1
-            self.sizes[name] = (adapter_dir / ADAPTER_WEIGHTS).stat().st_size / MIB
-            self._evict(keep=name)
+            for oldest in self.lru.add(name, (adapter_dir / ADAPTER_WEIGHTS).stat().st_size / MIB):
+                self.model.set_adapter(name)
+                self.model.delete_adapter(oldest)
         self.model.set_adapter(name)
         self.model.eval()
         return self.model
 
-    def _evict(self, keep: str) -> None:
-        while len(self.sizes) > 1 and (len(self.sizes) > self.max_count or sum(self.sizes.values()) > self.max_mib):
-            oldest = next(n for n in self.sizes if n != keep)
-            self.model.set_adapter(keep)
-            self.model.delete_adapter(oldest)
-            del self.sizes[oldest]
-
     @property
     def mib(self) -> float:
         """MiB of adapter weights cached now."""
-        return sum(self.sizes.values())
+        return self.lru.mib
 
 
 class _Streamer:

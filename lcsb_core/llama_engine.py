@@ -29,13 +29,13 @@ import ctypes
 import os
 import secrets
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, cut_stops, end_tokens, finish_reason
+from lcsb_core.lru import LruBound
 
 MAX_CONTEXT = 8192   # tokens of KV cache per engine (Gemma-3-270M's 32,768 would hold ~0.6 GB for nothing)
 
@@ -48,8 +48,7 @@ class GGUFAdapterCache:
     def __init__(self, model: Any, lora_dir: Path, convert: Callable[[Path, Path], None], *,
                  max_count: int, max_mib: float) -> None:
         self.model, self.lora_dir, self.convert = model, lora_dir, convert
-        self.max_count, self.max_mib = max_count, max_mib
-        self.sizes: OrderedDict[str, float] = OrderedDict()   # SHA-256 -> MiB, oldest first
+        self.lru = LruBound(max_count=max_count, max_mib=max_mib)   # SHA-256 -> MiB of adapter GGUF
         self.handles: dict[str, Any] = {}                     # SHA-256 -> llama_adapter_lora pointer
         self.loads = 0          # adapters loaded into llama.cpp (a cache miss each)
         self.conversions = 0    # PEFT adapters converted to GGUF (first use on this machine)
@@ -76,26 +75,23 @@ class GGUFAdapterCache:
         import llama_cpp
 
         sha = adapter_hash(adapter_dir)
-        if sha in self.sizes:
-            self.sizes.move_to_end(sha)
+        if self.lru.touch(sha):
             return sha, self.handles[sha]
         path = self.gguf_of(adapter_dir, sha)
         handle = llama_cpp.llama_adapter_lora_init(self.model, str(path).encode())
         if not handle:
             raise ModelLoadError(f"llama.cpp could not load the LoRA adapter converted from {adapter_dir.name}")
         self.loads += 1
-        self.sizes[sha], self.handles[sha] = path.stat().st_size / MIB, handle
-        while len(self.sizes) > 1 and (len(self.sizes) > self.max_count or self.mib > self.max_mib):
-            oldest = next(iter(self.sizes))
+        self.handles[sha] = handle
+        for oldest in self.lru.add(sha, path.stat().st_size / MIB):
             before_evict(oldest)
             llama_cpp.llama_adapter_lora_free(self.handles.pop(oldest))
-            del self.sizes[oldest]
         return sha, handle
 
     @property
     def mib(self) -> float:
         """MiB of adapter GGUF loaded now."""
-        return sum(self.sizes.values())
+        return self.lru.mib
 
 
 class LlamaGeneration:

@@ -23,10 +23,12 @@ V vocab, L decoder layers):
     chunked head with `loss_chunk_bytes` C > 0 (`TrainConfig.loss_chunk_mib`, `lcsb_core.loss.HeadLossSum`):
                  the head keeps no logits for backward, only the [N, H] gradient of its input (4 B x N x
                  H in activations), and its transient is one chunk's buffers, `HEAD_CHUNK_BUFFERS` x C
-                 (fp32 logits, their softmax, its gradient, the bf16 copy under autocast). Measured on
-                 an AVX2 CPU (fp32 compute) only; with bf16 compute (an AVX512-BF16 CPU, CUDA), not
-                 re-measured since chunks went on, the estimate keeps the unchunked head's terms, an
-                 over-reservation of 13 B x N x V (the safe side) until a bf16 refit
+                 (fp32 logits, their softmax, its gradient, the bf16 copy under autocast), in either
+                 compute dtype. Measured (estimate / peak) with fp32 compute on an AVX2 CPU: SmolLM2
+                 tail 4 x 256 0.92x and 0.78x in two runs (2,855 and 3,355 MiB: that CPU's peaks vary
+                 by run), Gemma cyclic 4 x 256 1.17x and 1.30x; with bf16 compute on an AVX512-BF16
+                 CPU: SmolLM2 tail 1.08x and 0.98x (2,102 and 2,319 MiB; 2,769 unchunked), Gemma's
+                 training terms 1.11x (1,643; 4,603 unchunked), its loading term 1.25x
     split        a depth split (`split`, `DepthSplit`) runs two passes one after the other, each a
                  forward and backward per micro-batch (`lcsb_core.step.run_step`): the deep pass with
                  B_d = min(B, D) rows x all L layers, then the shallow pass with B_s = min(B, W - D)
@@ -202,7 +204,7 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
             layer_act = layers * tokens * 4 * h * act_scale + per_layer
         else:
             layer_act = layers * per_layer
-        if loss_chunk_bytes and act_scale != 1.0:  # fp32 compute, where it was measured (module docstring)
+        if loss_chunk_bytes:
             chunk = HEAD_CHUNK_BUFFERS * min(loss_chunk_bytes, 4 * tokens * v)
             return layer_act + 4 * tokens * h, chunk + 8 * per_layer
         return layer_act + 9 * tokens * v, 4 * tokens * v + 8 * per_layer

@@ -50,14 +50,14 @@ def test_the_adapter_cache_stays_bounded_and_serves_evicted_adapters_again(tiny,
     for _ in range(3):
         for a in adapters:
             assert greedy(engine, a) == first[a]
-            assert len(engine.adapters.sizes) <= 2 and len(engine.adapters.model.peft_config) <= 2
+            assert len(engine.adapters.lru) <= 2 and len(engine.adapters.model.peft_config) <= 2
     assert greedy(engine, None) == base   # loaded adapters are off for the base
     loads = engine.adapters.loads
     assert greedy(engine, adapters[-1]) == first[adapters[-1]] and engine.adapters.loads == loads   # cached: no reload
     small = InferenceEngine(tiny, max_adapters=8, max_adapter_mib=engine.adapters.mib / 2 * 1.01)
     for a in adapters:
         greedy(small, a)
-        assert len(small.adapters.sizes) == 1   # the MiB bound holds one adapter of this size
+        assert len(small.adapters.lru) == 1   # the MiB bound holds one adapter of this size
 
 
 def test_stop_strings_cancel_and_seed(tiny):

@@ -140,14 +140,14 @@ def test_the_adapter_cache_stays_bounded_and_evicted_adapters_answer_as_before(e
     for _ in range(2):
         for a in adapters:
             assert greedy(small, a, QUESTIONS[1], 12) == first[a]
-            assert len(small.adapters.sizes) <= 2 and len(small.adapters.handles) <= 2
+            assert len(small.adapters.lru) <= 2 and len(small.adapters.handles) <= 2
     assert small.adapters.conversions == 3 and small.adapters.loads == 3 + 2 * 3   # every switch missed
     loads = small.adapters.loads
     assert greedy(small, adapters[-1], QUESTIONS[1], 12) == first[adapters[-1]] and small.adapters.loads == loads
-    one_mib = next(iter(small.adapters.sizes.values()))
+    one_mib = next(iter(small.adapters.lru.sizes.values()))
     again = LlamaEngine(engine.base_path, engine.gguf_path, lora_dir=tmp_path / "lora", threads=2,
                         max_adapter_mib=one_mib * 1.5)
     for a in adapters:
         assert greedy(again, a, QUESTIONS[1], 12) == first[a]
-        assert len(again.adapters.sizes) == 1   # the MiB bound holds one adapter of this size
+        assert len(again.adapters.lru) == 1   # the MiB bound holds one adapter of this size
     assert again.adapters.conversions == 0 and np.isclose(again.adapters.mib, one_mib)   # GGUFs reused from disk

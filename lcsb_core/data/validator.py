@@ -239,8 +239,9 @@ def _finish(report: ValidationReport, digests: DigestTracker, limits: Validation
     if report.num_examples == 0:
         report.file_errors.append("the file holds no examples")
     elif usable < limits.min_examples:
-        what = "usable examples" if report.usable_examples is not None else "valid examples"
-        report.file_errors.append(f"only {usable} {what}; at least {limits.min_examples} are needed")
+        what = "usable example" if report.usable_examples is not None else "valid example"
+        report.file_errors.append(f"only {usable} {what}{'' if usable == 1 else 's'}; "
+                                  f"at least {limits.min_examples} are needed")
 
 
 def scan_file(

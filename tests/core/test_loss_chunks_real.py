@@ -1,6 +1,7 @@
 """The chunked LM-head loss on the real SmolLM2-135M in NF4 with a fresh LoRA adapter and a real GSM8K
 prompt/completion batch (../shared/data/gsm8k): the loss and every LoRA gradient equal the unchunked head's,
-at 16 MiB chunks (`TrainConfig.loss_chunk_mib`; 85 positions) and at 1 MiB (5 positions)."""
+at 16 MiB chunks (`TrainConfig.loss_chunk_mib`; 85 positions) and at 1 MiB (5 positions): to float summation
+order with fp32 compute, to within bf16's own rounding with bf16 compute (an AVX512-BF16 CPU)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,11 @@ def test_chunked_head_equals_the_whole_head_on_smollm2(model_and_batch, chunk_mi
     # float summation order only, amplified through 30 layers' backward: elementwise up to 6e-5 absolute
     # on entries near 0 (measured), so each tensor is compared by its norm
     errors = [float((b - a).norm() / a.norm()) for a, b in zip(whole, chunked, strict=True)]
-    assert max(errors) < 1e-3, max(errors)
+    if model.get_input_embeddings().weight.dtype == torch.float32:   # fp32 compute (no AVX512-BF16)
+        assert max(errors) < 1e-3, max(errors)
+    else:
+        # bf16 autocast rounds each chunk's logits and hidden-state gradient on its own. Measured on an
+        # AVX512-BF16 CPU at 1 MiB chunks: max 0.032, median 0.0095 against the unchunked bf16 head, while
+        # the unchunked bf16 head itself is 0.20 max, 0.063 median from the fp32 one: chunking adds far
+        # less than bf16 already costs, and chunked-bf16-vs-fp32 stays at 0.21 / 0.064.
+        assert max(errors) < 0.06 and sorted(errors)[len(errors) // 2] < 0.02, errors

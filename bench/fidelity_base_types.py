@@ -34,10 +34,10 @@ def main() -> None:
 
     import torch
     from llama_cpp import Llama
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from transformers import GenerationConfig
 
-    from bench.serving_engines import _prompts
+    from bench.serving_engines import _prompts, agreement, peft_greedy
+    from lcsb_core.inference import end_tokens
     from lcsb_core.models.catalog import SMOLLM2
     from lcsb_core.models.gguf_import import ensure_model
     from lcsb_core.models.loading import load_tokenizer
@@ -46,34 +46,26 @@ def main() -> None:
     model_dir = ensure_model(SMOLLM2.name)
     tokenizer = load_tokenizer(model_dir)
     _, prompts = _prompts(SMOLLM2, tokenizer, args.prompts)
-    end = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
-    peft = PeftModel.from_pretrained(base, str(args.adapter)).eval()
-    refs = []
-    for prompt in prompts:
-        ids = torch.tensor([prompt])
-        with torch.no_grad():
-            out = peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
-                                do_sample=False, eos_token_id=sorted(end))
-        refs.append(out[0, len(prompt):].tolist())
-    result = {"prompts": len(prompts), "new_tokens": args.new_tokens, "variants": {}}
+    # the end ids the serving engines stop at (lcsb_core.llama_engine.LlamaEngine)
+    end = end_tokens(tokenizer, GenerationConfig.from_pretrained(model_dir, local_files_only=True).eos_token_id)
+    refs = peft_greedy(model_dir, args.adapter, prompts, new_tokens=args.new_tokens, end_ids=end)
+    result: dict = {"prompts": len(prompts), "new_tokens": args.new_tokens, "variants": {}}
     for spec in args.variant:
         name, files = spec.split("=", 1)
         model, _, lora = files.partition("+")
         llm = Llama(model_path=model, lora_path=lora or None, n_ctx=1024, n_threads=args.threads,
                     n_threads_batch=args.threads, verbose=False, seed=0)
-        agree = positions = identical = 0
-        for prompt, ref in zip(prompts, refs, strict=True):
+        runs = []
+        for prompt in prompts:
             llm.reset()
             mine: list[int] = []
             for token in llm.generate(prompt, temp=0.0, top_k=0, min_p=0.0, top_p=1.0, repeat_penalty=1.0):
                 mine.append(int(token))
                 if int(token) in end or len(mine) >= args.new_tokens:
                     break
-            positions += len(ref)
-            agree += sum(a == b for a, b in zip(ref, mine, strict=False))
-            identical += ref == mine
-        result["variants"][name] = {"position_agreement": agree / positions, "identical_answers": identical}
+            runs.append(mine)
+        share, identical = agreement(refs, runs)
+        result["variants"][name] = {"position_agreement": share, "identical_answers": identical}
         print(name, result["variants"][name], flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

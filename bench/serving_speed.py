@@ -94,19 +94,14 @@ def service_numbers(base: Path, tokens: int, rounds: int, threads: int) -> dict:
     """TTFT and the client's decode rate through the embedded default (base model)."""
     from openai import OpenAI
 
-    from lcsb_service.db import Database
-    from lcsb_service.devserver import migrate, settings_env, start_api
-    from lcsb_service.keys import create_key
+    from bench.common.service import migrated_with_key
+    from lcsb_service.devserver import settings_env, start_api
     from lcsb_service.settings import Settings
 
     tmp = Path(tempfile.mkdtemp(prefix="lcsb-serving-bench-"))
     settings = Settings(data_dir=tmp / "var", model_dirs=[base.parent], worker_torch_threads=threads,
                         inference_max_new_tokens=max(tokens, 16))
-    migrate(settings.resolved_database_url)
-    db = Database(settings.resolved_database_url)
-    with db.session() as s:
-        _, key = create_key(s, settings.secret_key.get_secret_value(), "bench")
-    db.dispose()
+    key = migrated_with_key(settings)
     import os
 
     env = {**os.environ, **settings_env(settings)}

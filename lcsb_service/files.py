@@ -78,11 +78,17 @@ def store_upload(session: Session, storage: Storage, settings: Settings, *, owne
     file_id = new_id("file")
     key, partial = f"files/{file_id}", f"files/{file_id}{PARTIAL_SUFFIX}"
     size, sha = _copy_capped(stream, storage, partial, settings.max_upload_bytes, settings.upload_chunk_bytes)
-    limits = ValidationLimits(max_bytes=settings.max_upload_bytes, min_examples=settings.min_examples)
+    # A file is judged on its lines here; the number of examples a job needs (`Settings.min_examples`) is
+    # checked when a job is created from it (`jobs.check_example_count`), as OpenAI's API does.
+    limits = ValidationLimits(max_bytes=settings.max_upload_bytes, min_examples=1)
     kind = "txt" if Path(name).suffix.lower() in (".txt", ".text") else "jsonl"
     try:
         with storage.local_copy(partial) as local:
             report = validate_file(local, limits=limits, file_type=kind)
+        if report.ok and kind == "jsonl" and report.valid_examples < settings.min_examples:
+            n = report.valid_examples
+            report.warnings.append(f"{n} valid example{'' if n == 1 else 's'}: a fine-tuning job needs at least "
+                                   f"{settings.min_examples}; add examples before creating a job from this file")
         storage.rename(partial, key)
     except BaseException:
         storage.delete(partial)

@@ -53,6 +53,20 @@ def usable_file(session: Session, owner_id: str, file_id: str, param: str) -> Fi
     return row
 
 
+def check_example_count(row: File, minimum: int, param: str = "training_file") -> None:
+    """Refuse a training file with fewer valid examples than a job needs (`Settings.min_examples`, 10 as
+    OpenAI's API); uploads accept any count, as OpenAI's do. A `.txt` corpus, counted only with the model's
+    tokenizer, is left to the worker's own check.
+
+    Raises:
+        InvalidRequest: `invalid_file` naming `param`, the file and both counts.
+    """
+    count = upload_examples(row)
+    if count is not None and count < minimum:
+        raise InvalidRequest(f"{param}: {row.id} has {count} valid example{'' if count == 1 else 's'}; a "
+                             f"fine-tuning job needs at least {minimum}", code="invalid_file", param=param)
+
+
 def upload_examples(row: File) -> int | None:
     """The training examples an uploaded JSONL file holds (its stored validation report's valid
     examples: what the run's length is computed from at creation); None for a `.txt` corpus, whose
@@ -151,6 +165,7 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     parent = find_parent(session, owner_id, request["model"])
     model = base_model(settings, inherit_shape(request, parent) if parent else request)
     train = usable_file(session, owner_id, request["training_file"], "training_file")
+    check_example_count(train, settings.min_examples)
     valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
         if request.get("validation_file") else None
     graded = (request.get("method") or {}).get("eval") or None

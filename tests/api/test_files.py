@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from tests.api.helpers import MULTIPART_HEADERS, assert_error, chat_lines, job_ok, multipart_stream, upload, upload_ok
+from tests.api.helpers import (MULTIPART_HEADERS, assert_error, chat_lines, create_job, job_ok, multipart_stream, upload,
+                               upload_ok)
 
 
 def test_upload_validates_and_hashes(client, alice):
@@ -31,8 +33,22 @@ def test_invalid_dataset_is_kept_with_its_report(client, alice):
     assert "13" in f["status_details"] and "14" in f["status_details"]
     lines = [e["line"] for e in f["validation"]["errors"]]
     assert lines == [13, 14] and f["validation"]["invalid_examples"] == 2
-    too_few = upload_ok(client, alice, chat_lines(3))
-    assert too_few["status"] == "error" and "at least 10" in too_few["status_details"]
+
+
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+
+
+@pytest.mark.parametrize("name", ["clean_reference.jsonl", "bom_blank_crlf.jsonl"])
+def test_a_valid_file_of_three_examples_uploads_and_a_job_from_it_is_refused(client, alice, name):
+    """The shared cases' right outcome ("valid: 3 chat examples") at upload; the 10 examples a job needs
+    (Settings.min_examples, OpenAI's minimum) are checked when a job is created from the file, as OpenAI does."""
+    f = upload_ok(client, alice, (CASES / name).read_bytes(), filename=name)
+    assert f["status"] == "processed" and f["validation"]["valid_examples"] == 3, f
+    assert f["validation"]["warnings"] == ["3 valid examples: a fine-tuning job needs at least 10; add examples "
+                                           "before creating a job from this file"]
+    err = assert_error(create_job(client, alice, f["id"]), 400, "invalid_file", "training_file")
+    assert err["message"] == f"training_file: {f['id']} has 3 valid examples; a fine-tuning job needs at least 10"
+    assert create_job(client, alice, upload_ok(client, alice, chat_lines(10))["id"]).status_code == 200
 
 
 def test_text_corpus_upload(client, alice):

@@ -8,8 +8,16 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.api.helpers import (MULTIPART_HEADERS, assert_error, chat_lines, create_job, job_ok, multipart_stream, upload,
-                               upload_ok)
+from tests.api.helpers import (
+    MULTIPART_HEADERS,
+    assert_error,
+    chat_lines,
+    create_job,
+    job_ok,
+    multipart_stream,
+    upload,
+    upload_ok,
+)
 
 
 def test_upload_validates_and_hashes(client, alice):

@@ -64,22 +64,10 @@ def vm_rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by linear interpolation between closest ranks (numpy's default)."""
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def slope(ys: list[float]) -> float:
-    """Least-squares slope of ys against 0, 1, 2, ... (units of y per step); 0 for fewer than 2 points."""
-    n = len(ys)
-    if n < 2:
-        return 0.0
-    mx, my = (n - 1) / 2, statistics.fmean(ys)
-    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sum((i - mx) ** 2 for i in range(n))
+def p99(values: list[float]) -> float:
+    """The 0.99 quantile, interpolated between closest ranks (`statistics.quantiles`' "inclusive" method,
+    numpy's default)."""
+    return statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) > 1 else values[0]
 
 
 def gsm8k_chat(path: Path, n: int) -> list[dict]:
@@ -207,10 +195,10 @@ def clients_part(url: str, key: str, models: list[str], questions: list[str], cl
         "clients": clients, "adapters": len(models), "tokens": tokens,
         "errors": len(results) - len(ok),
         "incomplete": sum(1 for r in ok if r["finish_reason"] not in ("stop", "length")),
-        "ttft_p50_s": percentile(ttft, 0.5) if ttft else None,
-        "ttft_p99_s": percentile(ttft, 0.99) if ttft else None,
+        "ttft_p50_s": statistics.median(ttft) if ttft else None,
+        "ttft_p99_s": p99(ttft) if ttft else None,
         "ttft_max_s": max(ttft) if ttft else None,
-        "decode_tokens_per_s_p50": percentile(rates, 0.5) if rates else None,
+        "decode_tokens_per_s_p50": statistics.median(rates) if rates else None,
         "decode_tokens_per_s_min": min(rates) if rates else None,
         "completion_tokens": sum(r["completion_tokens"] for r in ok),
         "wall_s": wall,
@@ -235,7 +223,7 @@ def switches_part(url: str, key: str, models: list[str], question: str, switches
         "rss_mib_after_10": rss[min(9, len(rss) - 1)],
         "rss_mib_at": {str(n): rss[n - 1] for n in (50, 100, 150, switches) if n <= len(rss)},
         "rss_mib_max": max(rss), "rss_mib_first": rss[0],
-        "rss_slope_mib_per_switch_second_half": slope(half),
+        "rss_slope_mib_per_switch_second_half": statistics.linear_regression(range(len(half)), half).slope,
         "adapter_loads_logged": loads[-1] if loads else None,
         "rss_mib": rss,
     }

@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.allocator import retain_freed_memory
-from bench.common.bare_step import bare_cycle, bare_model, random_batch, schedule_of
+from bench.common.bare_step import bare_cycle, bare_model, random_batch, schedule_of, token_options
 from bench.common.results import read_rows
 from bench.common.timing import interleave, round_ratio
 from lcsb_core.loss import autocast_for, lm_loss_sums
@@ -125,7 +125,7 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
         if not ckpt:
             rows.append((dict(schedule="forward", k=L), [forward_only]))
         for token in args.schedules:
-            full = token.partition("/")[0].removesuffix("-momentum-off") == "full"
+            full = token_options(token)[0].partition("/")[0].removesuffix("-momentum-off") == "full"
             for frac in ([1.0] if full else args.fractions):
                 sched = schedule_of(token, L, frac)
                 fns = bare_cycle(model, sel, opt, batch, token, fraction=frac, checkpointing=ckpt)
@@ -153,6 +153,14 @@ def bench_model(folder: Path, label: str, quant: str, args, device) -> list[dict
     return out
 
 
+def with_head(schedule: str, token: str) -> str:
+    """The token of reference schedule `schedule` (`full`, `freeze`) with the LM head of schedule token
+    `token`: `full` for `topfull/4`, `full+chunk16` for `topfull/4+chunk16+recompute` (`token_options`),
+    so each row is compared with its reference under the same head."""
+    chunk = token_options(token)[1]
+    return f"{schedule}+chunk{chunk}" if chunk else schedule
+
+
 def speedups(rows: list[dict]) -> dict[tuple, dict[str, float]]:
     """Per row (keyed by `row_key`): `vs full` and `vs freeze`, each the median over rounds of the
     per-round ratio (`round_ratio`) to full backprop and to freeze at the same k and checkpointing,
@@ -163,8 +171,9 @@ def speedups(rows: list[dict]) -> dict[tuple, dict[str, float]]:
             continue
         same = [x for x in rows if x["model"] == r["model"] and x["quant"] == r["quant"]
                 and x["checkpointing"] == r["checkpointing"]]
-        full = next((x for x in same if x["schedule"] == "full"), None)
-        freeze = next((x for x in same if x["schedule"] == "freeze" and x["k"] == r["k"]), None)
+        full = next((x for x in same if x["schedule"] == with_head("full", r["schedule"])), None)
+        freeze = next((x for x in same if x["schedule"] == with_head("freeze", r["schedule"]) and x["k"] == r["k"]),
+                      None)
         out[row_key(r)] = {name: round_ratio(ref["step_s_rounds"], r["step_s_rounds"])
                            for name, ref in (("vs full", full), ("vs freeze", freeze)) if ref and ref is not r}
     return out
@@ -204,7 +213,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         same = [x for x in rows if x["model"] == r["model"] and x["quant"] == r["quant"]]
         fwd = next(x for x in same if x["schedule"] == "forward")
-        full = next((x for x in same if x["schedule"] == "full" and x["checkpointing"] == r["checkpointing"]), None)
+        full = next((x for x in same if x["schedule"] == with_head("full", r["schedule"])
+                     and x["checkpointing"] == r["checkpointing"]), None)
         is_step = r["schedule"] != "forward"
         ideal = (fwd["step_s"] + r["backprop_layers"] / r["layers"] * (full["step_s"] - fwd["step_s"])
                  if full and is_step else None)

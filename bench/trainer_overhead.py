@@ -195,7 +195,8 @@ def measure(args, device: torch.device) -> dict:
         loops[0].trainer = trainer
         trainer.setup()
         batch = {k: v.to(device) for k, v in collate(trainer.train_dataset.examples, 0).items()}
-        bare = bare_cycle(trainer.model, trainer.selective, trainer.optimizer, batch, args.schedule)
+        head = f"+chunk{trainer.config.loss_chunk_mib}" if trainer.config.loss_chunk_mib else ""  # its LM head
+        bare = bare_cycle(trainer.model, trainer.selective, trainer.optimizer, batch, args.schedule + head)
         names = ["bare (a)", "trainer (b)"]
         cycles: list[list[Callable[[], object]]] = [bare, [loops[0].step] * cycle]
         if not args.no_job:

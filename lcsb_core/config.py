@@ -93,7 +93,11 @@ class LCSBSettings:
     None: `lcsb_core.schedules.DEFAULT_DEEP_FRACTION`), `layer_lr_scaling` (`frequency`: each layer's
     learning rate divided by its update share, the share of the step-examples that train it; `sqrt`:
     by the square root of that share; `lcsb_core.optim.layer_lr_scales`; `none`),
-    `gradient_checkpointing` (non-reentrant recomputation of the selected layers), and
+    `gradient_checkpointing` (non-reentrant recomputation of the selected layers), `recompute_deep` (on a
+    step that back-propagates more than k layers, such as `topfull`'s full-depth steps, the layers below
+    the top k recompute their activations in backward, so the step keeps about a top-k step's autograd
+    state: `lcsb_core.selective.recompute_below_top`; the same gradients, more forward work on those
+    steps; a schedule with no such step refuses it, `schedules.schedule_for`), and
     `importance_refresh_every` (steps between full-backward probes of the importance schedule).
 
     The core's one check of these fields' own values (the rules themselves are stated once, in
@@ -108,6 +112,7 @@ class LCSBSettings:
     layer_lr_scaling: str = "none"
     momentum_for_skipped: bool = True
     gradient_checkpointing: bool = False
+    recompute_deep: bool = False
     importance_refresh_every: int = DEFAULT_REFRESH_EVERY
 
     def __post_init__(self) -> None:
@@ -125,6 +130,8 @@ class LCSBSettings:
             _check(schedule_takes("deep_fraction", self.schedule), "lcsb.deep_fraction",
                    f"has no effect with schedule {self.schedule!r} (only split divides a step's examples by "
                    "depth); remove it")
+        _check(not (self.recompute_deep and self.gradient_checkpointing), "lcsb.recompute_deep",
+               "has no effect with lcsb.gradient_checkpointing, which recomputes every trained layer; use one")
         _check(self.layer_lr_scaling in LAYER_LR_SCALINGS, "lcsb.layer_lr_scaling",
                f"must be one of {', '.join(LAYER_LR_SCALINGS)}, got {self.layer_lr_scaling!r}")
         blocker = layer_lr_scaling_blocker(self.schedule)
@@ -247,9 +254,10 @@ class TrainConfig:
 
     `loss_chunk_mib`: the LM head and its cross-entropy run over chunks of target positions whose fp32
     logits take at most this many MiB, each chunk's gradient taken during the forward
-    (`lcsb_core.loss.HeadLossSum`), so the [targets, vocab] logits are never alive at once; 0 runs the
-    head over all target positions at once (the default, until the memory estimate with chunks is
-    measured on every configuration of tests/core/test_memory.py: BENCHMARKS.md, "The chunked LM head"). 0 to 1,024."""
+    (`lcsb_core.loss.HeadLossSum`), so the [targets, vocab] logits are never alive at once (the default,
+    16 MiB: 85 positions of SmolLM2, 16 of Gemma-3; the memory estimate measured with it on every
+    configuration of tests/core/test_memory.py: BENCHMARKS.md, "The chunked LM head"); 0 runs the head
+    over all target positions at once. 0 to 1,024."""
 
     data: DataSettings
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -271,7 +279,7 @@ class TrainConfig:
     eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
     init_adapter: str | None = None
     init_optimizer_state: bool = False
-    loss_chunk_mib: int = 0
+    loss_chunk_mib: int = 16
 
     def __post_init__(self) -> None:
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)

@@ -17,7 +17,8 @@ V vocab, L decoder layers):
                  logits 9 B x N x V. Layers that keep state: full -> L; freeze -> L (worst block: the
                  lowest, everything above it is back-propagated); LCSB -> k; split -> see split. With
                  gradient checkpointing a kept layer stores only its input (4 H B/token) and one layer
-                 is recomputed at a time.
+                 is recomputed at a time; with `recompute_deep` (k-layer schedules' deeper steps) the
+                 top k keep theirs and the layers below store only their input.
     transient    the logits' gradient (4 B x N x V) plus 8 layers' worth of per-token buffers
                  (backward temporaries, allocator slack)
     chunked head with `loss_chunk_bytes` C > 0 (`TrainConfig.loss_chunk_mib`, `lcsb_core.loss.HeadLossSum`):
@@ -82,11 +83,14 @@ BASIS = {
 NF4_BYTES_PER_PARAM = 0.5 + 4 / 64
 HEAD_CHUNK_BUFFERS = 4
 """Chunk-sized buffers alive at once in a chunk of the chunked LM head (see the module docstring)."""
-FP32_ACTIVATION_SCALE = 1.25
+FP32_ACTIVATION_SCALE = 1.6
 """Per-layer activations and transients in fp32 compute relative to the bf16-autocast coefficients:
-not 2x, because under bf16 autocast autograd also keeps fp32 copies beside the bf16 tensors. Fitted on
-an AVX2 CPU (NF4 computing in fp32) to the peaks of tests/core/test_memory.py's seven configurations:
-with 2.0 every estimate was 10-42 % high, with 1.25 they fall within -14 % to +13 %."""
+not 2x, because under bf16 autocast autograd also keeps fp32 copies beside the bf16 tensors. Refitted
+(issue 30) to the 18 fp32 peaks of bench/memory_fit.py (tests/core/test_memory.py's nine configurations,
+unchunked and with the chunked LM head, fp32 forced on an AVX512-BF16 CPU, whose fp32 peaks match an
+AVX2 CPU's within that CPU's run-to-run spread): estimate / peak 0.90-1.30 (median 1.10) with 1.6; the
+earlier 1.25, fitted mostly on k = 8 steps, gave 0.82-1.24 and under-counted full-depth steps (full
+backprop with chunks 0.82, `tail` 0.85). BENCHMARKS.md, "The chunked LM head"."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ class MemoryEstimate:
 def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, target_modules: tuple[str, ...],
                       batch_size: int, seq_len: int, backprop_layers: int | None, depth_split: DepthSplit | None,
                       gradient_checkpointing: bool, device: str, checkpoint_bytes: int = 0,
-                      loss_chunk_bytes: int, compute_dtype: str | None = None,
+                      loss_chunk_bytes: int, recompute_top: int | None, compute_dtype: str | None = None,
                       generation_tokens: int = 0) -> MemoryEstimate:
     """Predicted peak memory of one training process (CPU: resident set; CUDA: allocated + context).
     The job's settings have no defaults here: `estimate_for` reads them from a `TrainConfig`, whose
@@ -175,6 +179,9 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         compute_dtype: `bf16` or `fp32`, what an NF4 base computes in (`lcsb_core.models.quantization.
             compute_dtype`); None: `assumed_compute_dtype(device)`. fp32 doubles the non-quantized
             base tensors and scales the per-layer activations by `FP32_ACTIVATION_SCALE`.
+        recompute_top: with `LCSBSettings.recompute_deep`, the schedule's k: a pass keeping more than
+            k layers keeps k layers' activations, the inputs of the others (4 H B/token) and one layer
+            recomputed at a time (`lcsb_core.selective.recompute_below_top`); None: no such recomputation.
         loss_chunk_bytes: the chunked LM head's chunk (`TrainConfig.loss_chunk_mib` in bytes); 0: the
             head over all targets at once, its logits and their gradient alive together.
         generation_tokens: tokens one graded-evaluation `generate` call holds
@@ -202,6 +209,8 @@ def estimate_peak_mib(model_config: dict, *, quantization: str, lora_rank: int, 
         per_layer = tokens * (24 * h + 12 * i) * act_scale
         if gradient_checkpointing:  # each kept layer stores its input; one layer is recomputed at a time
             layer_act = layers * tokens * 4 * h * act_scale + per_layer
+        elif recompute_top is not None and layers > recompute_top:  # the top k whole, the others their input
+            layer_act = recompute_top * per_layer + (layers - recompute_top) * tokens * 4 * h * act_scale + per_layer
         else:
             layer_act = layers * per_layer
         if loss_chunk_bytes:
@@ -262,6 +271,7 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
                                                          accumulation_steps=cfg.gradient_accumulation_steps),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
                              loss_chunk_bytes=cfg.loss_chunk_mib * MIB,
+                             recompute_top=schedule.k if cfg.lcsb.recompute_deep else None,
                              checkpoint_bytes=checkpoint_bytes, compute_dtype=compute_dtype,
                              generation_tokens=cfg.eval.generation_tokens(cfg.data.max_seq_len) if cfg.eval else 0)
 

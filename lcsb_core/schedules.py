@@ -617,8 +617,14 @@ def schedule_for(lcsb: LCSBSettings, *, num_layers: int, seed: int = 0) -> Sched
     layers: the one way the trainer, the memory estimate and the service resolve a job's schedule.
 
     Raises:
-        ConfigError: as `make_schedule`.
+        ConfigError: as `make_schedule`; `lcsb.recompute_deep` with a schedule none of whose steps
+            trains more than its k layers (it would not take effect).
     """
-    return make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
-                         refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every,
-                         deep_fraction=lcsb.deep_fraction)
+    schedule = make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
+                             refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every,
+                             deep_fraction=lcsb.deep_fraction)
+    deepest = max(len(schedule.layers_for_step(t)) for t in range(schedule.cycle_length))
+    if lcsb.recompute_deep and deepest <= schedule.k:
+        raise ConfigError("lcsb.recompute_deep", f"has no effect with schedule {lcsb.schedule!r} at k = {schedule.k} "
+                          "(no step trains more than k layers); remove it")
+    return schedule

@@ -42,6 +42,15 @@ def passthrough(h_in: torch.Tensor, h_out: torch.Tensor) -> torch.Tensor:
     return h_out.detach() + (h_in - h_in.detach())
 
 
+def recompute_below_top(selected: frozenset[int], k: int) -> frozenset[int]:
+    """The layers of `selected` below its top `k` (the `k` highest indices, nearest the LM head): those a
+    step that back-propagates more than `k` layers recomputes with `LCSBSettings.recompute_deep`, so its
+    autograd state is `k` layers' activations plus the inputs of the others (`lcsb_core.memory`); empty
+    when `selected` has at most `k` layers."""
+    ordered = sorted(selected)
+    return frozenset(ordered[:-k] if 0 < k < len(ordered) else ())
+
+
 class SelectiveBackprop:
     """Installs per-layer modes on the decoder layers of a PEFT LoRA model.
 
@@ -50,6 +59,9 @@ class SelectiveBackprop:
         skip_mode: LayerMode.SKIP for LCSB schedules, LayerMode.FROZEN for the `freeze` schedule
             (`full` selects every layer, so the mode is unused).
         gradient_checkpointing: recompute TRAIN layers in backward (non-reentrant).
+
+    `recompute` (set per step, e.g. by `run_step`): further TRAIN layers that recompute their activations
+    in backward this step, with `gradient_checkpointing` off (`recompute_below_top`).
     """
 
     def __init__(self, model: nn.Module, *, skip_mode: LayerMode, gradient_checkpointing: bool = False):
@@ -57,6 +69,7 @@ class SelectiveBackprop:
         self.params_by_layer = lora_parameters_by_layer(model)
         self.skip_mode = skip_mode
         self.gradient_checkpointing = gradient_checkpointing
+        self.recompute: frozenset[int] = frozenset()
         self.modes = [LayerMode.TRAIN] * len(self.layers)
         self.selected: frozenset[int] = frozenset(range(len(self.layers)))
         for idx, layer in enumerate(self.layers):
@@ -88,7 +101,7 @@ class SelectiveBackprop:
                 with torch.no_grad():
                     out = forward(hidden_states, *args, **kwargs)
                 return passthrough(hidden_states, out)
-            if mode is LayerMode.TRAIN and self.gradient_checkpointing:
+            if mode is LayerMode.TRAIN and (self.gradient_checkpointing or idx in self.recompute):
                 return checkpoint(forward, hidden_states, *args, use_reentrant=False, **kwargs)
             return forward(hidden_states, *args, **kwargs)
 

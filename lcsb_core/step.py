@@ -70,12 +70,15 @@ def split_rows(micro_batches: list[dict[str, torch.Tensor]], deep: int) -> tuple
 def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: torch.optim.Optimizer,
              micro_batches: list[dict[str, torch.Tensor]], selected: frozenset[int], *, step: int,
              momentum_for_skipped: bool, max_grad_norm: float, deep_fraction: float | None = None,
-             shallow: frozenset[int] | None = None, loss_chunk_bytes: int = 0) -> StepStats:
+             shallow: frozenset[int] | None = None, loss_chunk_bytes: int = 0,
+             recompute: frozenset[int] = frozenset()) -> StepStats:
     """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated; with
     `deep_fraction` (a depth split), only `deep_rows` of the window's rows back-propagate through all of
     `selected`, the others through `shallow` (a subset of `selected`), and the gradients of the layers
     in `selected` but not in `shallow` are rescaled to the deep rows' mean. `loss_chunk_bytes`: the
-    LM head's chunk size for `lm_loss_sums` (bytes of fp32 logits; 0: no chunks).
+    LM head's chunk size for `lm_loss_sums` (bytes of fp32 logits; 0: no chunks). `recompute`: layers
+    of `selected` that recompute their activations in backward this step (`recompute_below_top`); the
+    gradients are the same, the step keeps less autograd state and runs their forward twice.
 
     Raises:
         DivergenceError: the loss or the gradient norm is NaN/Inf (the optimizer has not stepped, so
@@ -92,9 +95,13 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
         deep_part, shallow_part = split_rows(micro_batches, deep_rows(rows, deep_fraction))
         passes = [(selected, deep_part), (shallow, shallow_part)]
     loss_total = 0.0
-    for layers, batches in passes:
-        selective.select(layers)
-        loss_total += _forward_backward(model, batches, total_targets, step, loss_chunk_bytes)
+    selective.recompute = recompute
+    try:
+        for layers, batches in passes:
+            selective.select(layers)
+            loss_total += _forward_backward(model, batches, total_targets, step, loss_chunk_bytes)
+    finally:
+        selective.recompute = frozenset()
     selective.select(selected)
     if len(passes) == 2:
         _rescale(selective, selected - passes[1][0], total_targets, sum(count_targets(b) for b in passes[0][1]))

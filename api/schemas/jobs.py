@@ -114,6 +114,11 @@ class LCSBMethod(BaseModel):
     gradient_checkpointing: bool | None = Field(default=None, description=(
         "recompute the trained layers' activations in backward (default "
         f"{str(LCSBSettings.gradient_checkpointing).lower()})"))
+    recompute_deep: bool | None = Field(default=None, description=(
+        "on steps that train more than k layers (topfull's full-depth steps, tail's deeper ones, split's deep "
+        "pass), the layers below the top k recompute their activations in backward: the same gradients in less "
+        "memory, more compute on those steps; not with gradient_checkpointing, not with a schedule that never "
+        f"trains more than k layers (default {str(LCSBSettings.recompute_deep).lower()})"))
 
     @model_validator(mode="after")
     def _one_of(self) -> LCSBMethod:

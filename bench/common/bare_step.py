@@ -15,7 +15,7 @@ from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model
 from lcsb_core.optim import build_optimizer
 from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
 from lcsb_core.step import run_step
 
 
@@ -38,10 +38,30 @@ def random_batch(vocab_size: int, batch: int, seq: int, device: torch.device, se
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
+def token_options(token: str) -> tuple[str, int, bool]:
+    """(the schedule token without its options, chunk MiB, recompute) of a token with `+` options, such as
+    `topfull/4+chunk16+recompute`: `+chunkN` runs the chunked LM head with N MiB chunks
+    (`TrainConfig.loss_chunk_mib`; 0, the whole head at once, without it), `+recompute` recomputes the
+    layers below the top k on deeper steps (`LCSBSettings.recompute_deep`).
+
+    Raises:
+        ValueError: an unknown option, or N not a whole number."""
+    base, *options = token.split("+")
+    chunk, recompute = 0, False
+    for option in options:
+        if option == "recompute":
+            recompute = True
+        elif option.startswith("chunk"):
+            chunk = int(option.removeprefix("chunk"))
+        else:
+            raise ValueError(f"unknown schedule token option +{option} in {token!r} (+chunkN, +recompute)")
+    return base, chunk, recompute
+
+
 def schedule_of(token: str, num_layers: int, fraction: float = 0.25):
-    """The Schedule of a token `name[/full_every][-momentum-off]` (`topfull/4`, `full`, `cyclic`, `split`
-    with its default deep_fraction) at k = `fraction` x `num_layers` (full: all layers)."""
-    name, _, every = token.removesuffix("-momentum-off").partition("/")
+    """The Schedule of a token `name[/full_every][-momentum-off][+option...]` (`token_options`; `topfull/4`,
+    `full`, `cyclic`, `split` with its default deep_fraction) at k = `fraction` x `num_layers` (full: all layers)."""
+    name, _, every = token_options(token)[0].removesuffix("-momentum-off").partition("/")
     return make_schedule(name, num_layers=num_layers, fraction=1.0 if name == "full" else fraction,
                          full_every=int(every or 4))
 
@@ -51,15 +71,18 @@ def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, f
     """One whole cycle of schedule `token` as bare steps: callable t runs `run_step` (forward, backward,
     clipping at 1.0, AdamW) on `batch` with the layers the schedule selects at its step t; skipped
     layers in the schedule's mode (LCSB skip or frozen), momentum for skipped layers unless the token
-    ends in `-momentum-off`."""
+    ends in `-momentum-off`; the options of `token_options` (`+chunkN`, `+recompute`)."""
     sched = schedule_of(token, sel.num_layers, fraction)
     mode = LayerMode.SKIP if sched.identity_skip else LayerMode.FROZEN
-    momentum = not token.endswith("-momentum-off")
+    base, chunk_mib, recompute = token_options(token)
+    momentum = not base.endswith("-momentum-off")
 
     def step(t: int) -> None:
         sel.skip_mode, sel.gradient_checkpointing = mode, checkpointing
         run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
-                 max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(t))
+                 max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(t),
+                 loss_chunk_bytes=chunk_mib * 2**20,
+                 recompute=recompute_below_top(sched.layers_for_step(t), sched.k) if recompute else frozenset())
 
     return [functools.partial(step, t) for t in range(sched.cycle_length)]
 

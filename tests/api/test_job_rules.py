@@ -120,6 +120,8 @@ def test_chat_data_needs_a_model_with_a_chat_template(client, alice, model_dir):
     ({"schedule": "top", "k": 4, "full_every": 2}, "method.lcsb.full_every"),
     ({"schedule": "full", "k": 4}, "method.lcsb.k"),
     ({"schedule": "full", "fraction": 0.5}, "method.lcsb.fraction"),
+    ({"schedule": "top", "recompute_deep": True}, "method.lcsb.recompute_deep"),
+    ({"schedule": "cyclic", "k": 4, "recompute_deep": True}, "method.lcsb.recompute_deep"),
 ])
 def test_schedule_options_the_schedule_does_not_use(client, alice, lcsb, param):
     f = upload_ok(client, alice)

@@ -66,6 +66,19 @@ def test_schedules_that_back_propagate_every_layer_are_estimated_like_full(clien
     assert est["split"] == pytest.approx(0.75 * est["top"])
 
 
+def test_recompute_deep_is_echoed_and_shrinks_the_estimate(client, alice):
+    """`method.lcsb.recompute_deep` on `topfull`: stated in the job's method, and its full-depth step keeps
+    the top 8 layers' activations and the others' inputs, so the estimate lies between `top`'s and
+    `topfull`'s own (`lcsb_core.memory`)."""
+    jobs = {name: job_ok(client, alice, method={"lcsb": lcsb}, hyperparameters={"batch_size": 4})
+            for name, lcsb in (("plain", {"schedule": "topfull"}), ("top", {"schedule": "top"}),
+                               ("recompute", {"schedule": "topfull", "recompute_deep": True}))}
+    assert jobs["recompute"]["method"]["lcsb"]["recompute_deep"] is True
+    assert jobs["plain"]["method"]["lcsb"]["recompute_deep"] is False
+    act = {name: job["memory_estimate"]["activations_mib"] for name, job in jobs.items()}
+    assert act["top"] < act["recompute"] < act["plain"]
+
+
 def test_hyperparameters_in_method_and_learning_rate(client, alice):
     job = job_ok(client, alice, method={"supervised": {"hyperparameters": {"n_epochs": 3}}},
                  hyperparameters=None)

@@ -63,3 +63,21 @@ def test_the_schedules_errors_name_their_field():
 def test_a_bad_loss_chunk_size_names_its_field(value):
     error = _error({"loss_chunk_mib": value})
     assert error.field == "loss_chunk_mib" and "0 (no chunks) to 1024" in error.message
+
+
+def test_recompute_deep_that_could_not_take_effect_is_an_error_naming_it():
+    """`lcsb.recompute_deep` with gradient checkpointing (which recomputes every trained layer already) is
+    refused by the config; with a schedule none of whose steps trains more than k layers (`top`, `cyclic`;
+    `freeze` back-propagates through more but trains k) by the schedule's resolution, which the trainer
+    and the memory estimate share."""
+    from lcsb_core.config import LCSBSettings
+    from lcsb_core.schedules import schedule_for
+
+    err = _error({"lcsb": {"recompute_deep": True, "gradient_checkpointing": True}})
+    assert err.field == "lcsb.recompute_deep" and "recomputes every trained layer" in str(err)
+    for name in ("top", "cyclic", "freeze"):
+        with pytest.raises(ConfigError) as info:
+            schedule_for(LCSBSettings(schedule=name, recompute_deep=True), num_layers=30)
+        assert info.value.field == "lcsb.recompute_deep" and f"schedule {name!r} at k = 8" in str(info.value)
+    for name in ("topfull", "tail", "split"):
+        assert schedule_for(LCSBSettings(schedule=name, recompute_deep=True), num_layers=30).k == 8

@@ -44,7 +44,7 @@ def test_graded_evaluation_adds_its_kv_cache_and_the_dequantized_weights():
     cpu, cuda = (estimate_for(graded, SMOLLM2, device=d, compute_dtype="fp32") for d in ("cpu", "cuda"))
     assert estimate_for(plain, SMOLLM2, device="cpu", compute_dtype="fp32").evaluation_mib == 0.0
     fixed = cpu.runtime_mib + cpu.weights_mib + cpu.lora_state_mib
-    prefill = 8192 * (24 * 576 + 12 * 1536) * 1.25 / 2**20
+    prefill = 8192 * (24 * 576 + 12 * 1536) * 1.6 / 2**20
     assert abs(cpu.evaluation_mib - fixed - 360.0 - 405.0 - prefill) < 1e-6
     assert abs((cpu.evaluation_mib - cpu.runtime_mib) - (cuda.evaluation_mib - cuda.runtime_mib)
                - 106168320 * 4 / 2**20) < 1e-6
@@ -75,8 +75,8 @@ def test_split_estimates_the_larger_of_its_deep_and_shallow_passes():
     assert (split.weights_mib, split.lora_state_mib) == (full.weights_mib, full.lora_state_mib)
     # fp32 compute (the API's assumption for a CPU worker) scales the layer terms, not the LM head's
     fp32 = estimate_for(job("split"), SMOLLM2, device="cpu", compute_dtype="fp32")
-    assert fp32.activations_mib == (8 * 32256 * 1.25 + 442368) * 768 / 2**20
-    assert fp32.transient_mib == (196608 + 8 * 32256 * 1.25) * 768 / 2**20
+    assert fp32.activations_mib == (8 * 32256 * 1.6 + 442368) * 768 / 2**20
+    assert fp32.transient_mib == (196608 + 8 * 32256 * 1.6) * 768 / 2**20
 
 
 def test_a_deep_pass_larger_than_the_shallow_one_sets_the_estimate():
@@ -130,3 +130,16 @@ def test_the_chunked_head_drops_the_logits_terms_and_follows_the_config():
     head_chunked = (4 * tokens * 576 + 4 * 16 * 2**20) / 2**20
     assert whole.training_mib - chunked.training_mib == pytest.approx(head_whole - head_chunked)
     assert bf16_off.training_mib - bf16_on.training_mib == pytest.approx(head_whole - head_chunked)
+
+
+def test_recompute_deep_keeps_the_top_k_layers_and_the_others_inputs():
+    """`topfull` at 4 x 256 with `recompute_deep`: its full-depth step keeps the top 8 layers' activations,
+    the 22 others' inputs (4 x 576 B a token) and one recomputed layer: (8 x 32,256 + 22 x 2,304 + 32,256 +
+    442,368) x 1,024 B = 765 MiB, against 1,377 without; the transient is unchanged (bf16)."""
+    plain = estimate_for(job("topfull"), SMOLLM2, device="cpu", compute_dtype="bf16")
+    recomputed = estimate_for(job("topfull", lcsb={"schedule": "topfull", "recompute_deep": True}), SMOLLM2,
+                              device="cpu", compute_dtype="bf16")
+    assert recomputed.activations_mib == (8 * 32256 + 22 * 2304 + 32256 + 442368) * 1024 / 2**20 == 765.0
+    assert recomputed.transient_mib == plain.transient_mib == 444.0
+    top = estimate_for(job("top"), SMOLLM2, device="cpu", compute_dtype="bf16")
+    assert top.activations_mib < recomputed.activations_mib < plain.activations_mib

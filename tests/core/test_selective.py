@@ -5,7 +5,7 @@ import torch
 
 from lcsb_core.config import OptimSettings
 from lcsb_core.optim import build_optimizer
-from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
 from lcsb_core.step import run_step
 from tests.core.tiny import NUM_LAYERS, batch, tiny_lora
 
@@ -182,3 +182,35 @@ def test_checkpointing_gives_same_gradients(skip_mode):
     for a, b in zip(*grads, strict=False):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
     assert sum(float(g.abs().sum()) for g in grads[1]) > 0
+
+
+def test_recompute_below_top_keeps_the_top_k_of_the_selected_layers():
+    assert recompute_below_top(frozenset(range(30)), 8) == frozenset(range(22))
+    assert recompute_below_top(frozenset({3, 9, 12, 20}), 2) == frozenset({3, 9})
+    assert recompute_below_top(frozenset({27, 28, 29}), 8) == frozenset()  # a top-k step: nothing to recompute
+    assert recompute_below_top(frozenset(range(30)), 0) == frozenset()
+
+
+def test_recompute_on_a_deep_step_gives_the_same_update_and_keeps_less_autograd_state():
+    """`LCSBSettings.recompute_deep` on a full-depth step (all 4 tiny layers, k = 1): the layers below the
+    top one recompute in backward. Same gradients and updated weights as storing everything; the bytes
+    autograd saves during the forward shrink (only those layers' inputs are kept)."""
+    results = []
+    for recompute in (frozenset(), recompute_below_top(frozenset(range(NUM_LAYERS)), 1)):
+        model, sel, params, opt = make()
+        saved: dict[int, int] = {}
+
+        def pack(t, saved=saved):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            run_step(model, sel, opt, [batch(0)], frozenset(range(NUM_LAYERS)), step=0, momentum_for_skipped=True,
+                     max_grad_norm=0, recompute=recompute)
+        assert sel.recompute == frozenset()  # set for the step only
+        results.append(([p.grad.clone() for p in params], snapshot(params), sum(saved.values())))
+    (grads, weights, plain), (grads_r, weights_r, recomputed) = results
+    for a, b in zip(grads + weights, grads_r + weights_r, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+    assert sum(float(g.abs().sum()) for g in grads_r) > 0
+    assert recomputed < 0.8 * plain, (recomputed, plain)

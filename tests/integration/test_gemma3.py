@@ -257,7 +257,7 @@ def test_memory_estimate_bounds_a_gemma_jobs_peak(gemma_path, chunk_mib):
                             lora_rank=16, target_modules=LoraSettings.target_modules, batch_size=spec["batch"],
                             seq_len=spec["seq"], backprop_layers=probe["max_backprop_layers"], depth_split=None,
                             gradient_checkpointing=False, device="cpu", loss_chunk_bytes=chunk_mib * 2**20,
-                            compute_dtype=probe["compute_dtype"],
+                            recompute_top=None, compute_dtype=probe["compute_dtype"],
                             checkpoint_bytes=(gemma_path / "model.safetensors").stat().st_size)
     print("gemma memory: measured", round(probe["peak_mib"]), "estimated", round(est.total_mib), est.to_dict())
     assert 0.8 * probe["peak_mib"] <= est.total_mib <= 1.6 * probe["peak_mib"], (probe, est.to_dict())

@@ -19,6 +19,7 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select, update
 
+from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.models import Job
 from lcsb_service.settings import WorkerClass
 from tests.worker.conftest import LOST_BOUND_S, chat_rows
@@ -34,10 +35,11 @@ MEDIUM = {"hyperparameters": {"n_epochs": 10}}  # 60 steps
 LONG = {"hyperparameters": {"n_epochs": 100}}   # 600 steps: ended by the test
 
 
-def packed_settings(make_settings, slots: int):
-    """Settings whose one class, of 8 GiB, runs `slots` jobs per worker."""
+def packed_settings(make_settings, slots: int, **over):
+    """Settings whose one class, of 8 GiB, runs `slots` jobs per worker (`over`: other settings)."""
     queue = f"cpu-pack-{secrets.token_hex(3)}"
-    return make_settings(worker_classes=[WorkerClass(queue=queue, memory_mib=CAP_MIB, max_concurrent_jobs=slots)])
+    return make_settings(worker_classes=[WorkerClass(queue=queue, memory_mib=CAP_MIB, max_concurrent_jobs=slots)],
+                         **over)
 
 
 def force_estimate(service, job_id: str, total_mib: float) -> None:
@@ -124,18 +126,23 @@ def test_cancel_and_a_killed_process_end_only_their_own_job(make_settings, start
     assert event(service, whole, "Fine-tuning job started")["data"]["reserved_mib"] == CAP_MIB
 
 
-def test_an_oom_kill_ends_only_the_job_over_its_reservation(make_settings, start_worker, make_service):
+def test_an_oom_kill_ends_only_the_job_over_its_reservation(make_settings, start_worker, make_service, model_dir):
     """Two jobs on one 8 GiB worker: the hog's estimate says 960 MiB (so it reserves 1,200), while 8 x 512
-    tokens need about 2.5 GiB: its cgroup kills it, not its neighbour, which succeeds."""
-    settings = packed_settings(make_settings, slots=2)
+    tokens through SmolLM2-135M need about 3 GiB: its cgroup kills it, not its neighbour (the tiny model),
+    which succeeds. (The tiny model cannot be the hog: with the chunked LM head its 8 x 512 tokens peak
+    at about 570 MiB.)"""
+    base = ensure_default_model()
+    settings = packed_settings(make_settings, slots=2, model_dirs=[model_dir, base.parent])
     service = make_service(settings)
     text = service.upload([{"text": " ".join(f"word{i * j}" for j in range(400))} for i in range(16)])
-    hog = service.create_job(text, hyperparameters={"batch_size": 8}, method={"max_seq_len": 512})["id"]
+    hog = service.create_job(text, model=base.name, hyperparameters={"batch_size": 8},
+                             method={"quantization": "nf4", "max_seq_len": 512, "lcsb": {"fraction": 0.25},
+                                     "lora": {"rank": 8, "alpha": 16}})["id"]
     neighbour = service.create_job(service.upload(chat_rows(12)), **MEDIUM)
     force_estimate(service, hog, 960)
     start_worker(settings)
     failed = service.wait(hog, {"failed", "succeeded"}, JOB_BOUND_S)
-    assert failed["status"] == "failed" and failed["error"]["code"] == "oom", failed["error"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "oom", (failed["error"], failed["progress"])
     assert "1200 MiB" in failed["error"]["message"] and failed["progress"]["peak_memory_mib"] >= 1100
     done = service.wait(neighbour["id"], {"succeeded", "failed", "cancelled"}, JOB_BOUND_S)
     assert done["status"] == "succeeded", done["error"]

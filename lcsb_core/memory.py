@@ -25,11 +25,11 @@ V vocab, L decoder layers):
                  the head keeps no logits for backward, only the [N, H] gradient of its input (4 B x N x
                  H in activations), and its transient is one chunk's buffers, `HEAD_CHUNK_BUFFERS` x C
                  (fp32 logits, their softmax, its gradient, the bf16 copy under autocast), in either
-                 compute dtype. Measured (estimate / peak) with fp32 compute on an AVX2 CPU: SmolLM2
-                 tail 4 x 256 0.92x and 0.78x in two runs (2,855 and 3,355 MiB: that CPU's peaks vary
-                 by run), Gemma cyclic 4 x 256 1.17x and 1.30x; with bf16 compute on an AVX512-BF16
-                 CPU: SmolLM2 tail 1.08x and 0.98x (2,102 and 2,319 MiB; 2,769 unchunked), Gemma's
-                 training terms 1.11x (1,643; 4,603 unchunked), its loading term 1.25x
+                 compute dtype; on by default (`TrainConfig.loss_chunk_mib` 16). Measured (estimate /
+                 peak) on every configuration of bench/memory_fit.py: SmolLM2 fp32 0.90-1.30, bf16
+                 0.95-1.20 (with `FP32_ACTIVATION_SCALE` refitted); Gemma cyclic 4 x 256 fp32 on an AVX2
+                 CPU 1.17x and 1.30x, bf16 its training terms 1.11x (1,643 MiB; 4,603 unchunked), its
+                 loading term 1.25x
     split        a depth split (`split`, `DepthSplit`) runs two passes one after the other, each a
                  forward and backward per micro-batch (`lcsb_core.step.run_step`): the deep pass with
                  B_d = min(B, D) rows x all L layers, then the shallow pass with B_s = min(B, W - D)

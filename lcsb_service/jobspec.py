@@ -229,7 +229,8 @@ def route(model: ModelInfo, cfg: TrainConfig, schedule: Schedule, settings: Sett
     raise Unprocessable(f"the job needs an estimated {need:.0f} MiB (peak {best['total_mib'] if best else 0:.0f} "
                         f"MiB plus {settings.memory_headroom:.0%} headroom) but no worker class can hold it "
                         f"({caps}); lower batch_size, max_seq_len, lcsb.k or lora.rank, or enable "
-                        "gradient_checkpointing", code="insufficient_memory")
+                        "lcsb.recompute_deep (topfull, tail, split: the same gradients) or lcsb.gradient_checkpointing",
+                        code="insufficient_memory")
 
 
 def fine_tuned_model_name(model: str, owner_name: str, suffix: str | None, job_id: str) -> str:

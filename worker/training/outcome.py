@@ -88,7 +88,8 @@ def oom_message(cap_mib: int | None, peak_mib: float | None, how: str = "was kil
     cap = f" of {cap_mib} MiB" if cap_mib else ""
     peak = f" (measured peak {peak_mib:.0f} MiB)" if peak_mib is not None else ""
     return (f"The training process exceeded its memory cap{cap}{peak} and {how}; lower batch_size, "
-            "max_seq_len, lcsb.k or lora.rank, or enable gradient_checkpointing")
+            "max_seq_len, lcsb.k or lora.rank, or enable lcsb.recompute_deep (topfull, tail, split: the same "
+            "gradients) or lcsb.gradient_checkpointing")
 
 
 def write_outcome(path: Path, outcome: Outcome) -> None:

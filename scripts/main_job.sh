@@ -63,7 +63,8 @@ if acc[1] is not None:
 print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
 print(f"  time             {summary['train_seconds']:.0f} s in the training process (training and the graded evaluations), "
       f"{time.time() - float(sys.argv[2]):.0f} s submit to download")
-print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process)")
+print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process; estimated before the job "
+      f"{job['memory_estimate']['total_mib']:.0f} MiB)")
 ref = json.load(open("bench/results/main_job/full_reference_summary.json"))
 lr = job["hyperparameters"]["learning_rate"]
 print(f"  learning rate    {lr:g} (peak; {job['hyperparameters']['warmup_steps']} warmup steps, "

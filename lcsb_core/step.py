@@ -24,7 +24,7 @@ from lcsb_core.history import l2_norm
 from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.optim import prepare_skipped_grads
 from lcsb_core.schedules import deep_rows
-from lcsb_core.selective import SelectiveBackprop
+from lcsb_core.selective import SelectiveBackprop, recompute_below_top
 
 
 @dataclass
@@ -71,14 +71,15 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
              micro_batches: list[dict[str, torch.Tensor]], selected: frozenset[int], *, step: int,
              momentum_for_skipped: bool, max_grad_norm: float, deep_fraction: float | None = None,
              shallow: frozenset[int] | None = None, loss_chunk_bytes: int = 0,
-             recompute: frozenset[int] = frozenset()) -> StepStats:
+             recompute_top: int | None = None) -> StepStats:
     """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated; with
     `deep_fraction` (a depth split), only `deep_rows` of the window's rows back-propagate through all of
     `selected`, the others through `shallow` (a subset of `selected`), and the gradients of the layers
     in `selected` but not in `shallow` are rescaled to the deep rows' mean. `loss_chunk_bytes`: the
-    LM head's chunk size for `lm_loss_sums` (bytes of fp32 logits; 0: no chunks). `recompute`: layers
-    of `selected` that recompute their activations in backward this step (`recompute_below_top`); the
-    gradients are the same, the step keeps less autograd state and runs their forward twice.
+    LM head's chunk size for `lm_loss_sums` (bytes of fp32 logits; 0: no chunks). `recompute_top`: with
+    `LCSBSettings.recompute_deep`, the schedule's k: the layers of `selected` below its top k recompute
+    their activations in backward this step (`recompute_below_top`; none when it trains at most k); the
+    gradients are the same, the step keeps less autograd state and runs their forward twice. None: off.
 
     Raises:
         DivergenceError: the loss or the gradient norm is NaN/Inf (the optimizer has not stepped, so
@@ -95,7 +96,7 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
         deep_part, shallow_part = split_rows(micro_batches, deep_rows(rows, deep_fraction))
         passes = [(selected, deep_part), (shallow, shallow_part)]
     loss_total = 0.0
-    selective.recompute = recompute
+    selective.recompute = frozenset() if recompute_top is None else recompute_below_top(selected, recompute_top)
     try:
         for layers, batches in passes:
             selective.select(layers)

@@ -34,7 +34,7 @@ from lcsb_core.run_files import RunFiles
 from lcsb_core.run_length import planned_steps
 from lcsb_core.schedules import schedule_for
 from lcsb_core.selection import SelectionWatch
-from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
+from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
 
 
@@ -170,8 +170,7 @@ class Trainer:
                              max_grad_norm=cfg.optim.max_grad_norm, deep_fraction=self.schedule.deep_fraction,
                              shallow=self.schedule.shallow_layers(step),
                              loss_chunk_bytes=cfg.loss_chunk_mib * MIB,
-                             recompute=recompute_below_top(selected, self.schedule.k) if cfg.lcsb.recompute_deep
-                             else frozenset())
+                             recompute_top=self.schedule.k if cfg.lcsb.recompute_deep else None)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
             self.releaser.after_step()
             if base_eval_pending:

@@ -15,7 +15,7 @@ from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model
 from lcsb_core.optim import build_optimizer
 from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
+from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
 
 
@@ -82,7 +82,7 @@ def bare_cycle(model, sel: SelectiveBackprop, opt, batch: dict, token: str, *, f
         run_step(model, sel, opt, [batch], sched.layers_for_step(t), step=t, momentum_for_skipped=momentum,
                  max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(t),
                  loss_chunk_bytes=chunk_mib * 2**20,
-                 recompute=recompute_below_top(sched.layers_for_step(t), sched.k) if recompute else frozenset())
+                 recompute_top=sched.k if recompute else None)
 
     return [functools.partial(step, t) for t in range(sched.cycle_length)]
 

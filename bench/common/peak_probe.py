@@ -33,7 +33,7 @@ from lcsb_core.memory_probe import current_mib, peak_mib
 from lcsb_core.models.loading import load_base_model, resolve_model_path
 from lcsb_core.optim import build_optimizer
 from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
+from lcsb_core.selective import LayerMode, SelectiveBackprop
 from lcsb_core.step import run_step
 spec = json.loads(sys.argv[1])
 model = apply_lora(load_base_model(resolve_model_path("SmolLM2-135M-Instruct"), quantization=spec["quant"],
@@ -51,8 +51,7 @@ for step in range(sched.cycle_length):
     run_step(model, sel, opt, [batch], sched.layers_for_step(step), step=step, momentum_for_skipped=True,
              max_grad_norm=1.0, deep_fraction=sched.deep_fraction, shallow=sched.shallow_layers(step),
              loss_chunk_bytes=spec.get("chunk_mib", 0) * 2**20,
-             recompute=recompute_below_top(sched.layers_for_step(step), sched.k) if spec.get("recompute")
-             else frozenset())
+             recompute_top=sched.k if spec.get("recompute") else None)
 dtype = model.get_input_embeddings().weight.dtype
 print(json.dumps({"peak_mib": peak_mib(torch.device("cpu")), "loading_peak_mib": loaded_peak,
                   "resident_before_steps_mib": resident, "max_backprop_layers": sched.max_backprop_layers(),

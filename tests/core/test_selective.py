@@ -192,11 +192,11 @@ def test_recompute_below_top_keeps_the_top_k_of_the_selected_layers():
 
 
 def test_recompute_on_a_deep_step_gives_the_same_update_and_keeps_less_autograd_state():
-    """`LCSBSettings.recompute_deep` on a full-depth step (all 4 tiny layers, k = 1): the layers below the
-    top one recompute in backward. Same gradients and updated weights as storing everything; the bytes
+    """`LCSBSettings.recompute_deep` on a full-depth step (all 4 tiny layers, k = 1: `recompute_top`): the
+    layers below the top one recompute in backward. Same gradients and updated weights as storing everything; the bytes
     autograd saves during the forward shrink (only those layers' inputs are kept)."""
     results = []
-    for recompute in (frozenset(), recompute_below_top(frozenset(range(NUM_LAYERS)), 1)):
+    for recompute_top in (None, 1):
         model, sel, params, opt = make()
         saved: dict[int, int] = {}
 
@@ -206,7 +206,7 @@ def test_recompute_on_a_deep_step_gives_the_same_update_and_keeps_less_autograd_
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             run_step(model, sel, opt, [batch(0)], frozenset(range(NUM_LAYERS)), step=0, momentum_for_skipped=True,
-                     max_grad_norm=0, recompute=recompute)
+                     max_grad_norm=0, recompute_top=recompute_top)
         assert sel.recompute == frozenset()  # set for the step only
         results.append(([p.grad.clone() for p in params], snapshot(params), sum(saved.values())))
     (grads, weights, plain), (grads_r, weights_r, recomputed) = results

@@ -220,3 +220,14 @@ def chat_rows(n: int, answer_words: int = 6) -> list[dict]:
     return [{"messages": [{"role": "user", "content": f"What is {i} plus {i}?"},
                           {"role": "assistant", "content": f"{2 * i} " + "because numbers add " * answer_words}]}
             for i in range(n)]
+
+
+def create_memory_hog(service, model: str) -> dict:
+    """A job that needs far more than a 1,200 MiB cap: 16 rows of 400-word text through SmolLM2-135M NF4
+    (`model`, the name under which the service's `model_dirs` hold it) at 4 x 512 tokens, about 2 GiB.
+    The tiny model cannot be the hog: with the chunked LM head, on by default, its 8 x 512 tokens peak at
+    about 570 MiB. Returns the created job."""
+    text = service.upload([{"text": " ".join(f"word{i * j}" for j in range(400))} for i in range(16)])
+    return service.create_job(text, model=model, hyperparameters={"batch_size": 4},
+                              method={"quantization": "nf4", "max_seq_len": 512, "lcsb": {"fraction": 0.25},
+                                      "lora": {"rank": 8, "alpha": 16}})

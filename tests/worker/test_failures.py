@@ -15,7 +15,7 @@ from sqlalchemy import select
 from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.models import JobEvent
 from lcsb_service.settings import WorkerClass
-from tests.worker.conftest import LOST_BOUND_S, TINY_NAN
+from tests.worker.conftest import LOST_BOUND_S, TINY_NAN, create_memory_hog
 
 pytestmark = pytest.mark.worker
 
@@ -109,9 +109,8 @@ def test_cancel_stops_within_one_step_and_keeps_the_checkpoint(make_settings, st
 def test_a_job_past_its_memory_cap_fails_oom_and_the_worker_goes_on(make_settings, start_worker, make_service,
                                                                     model_dir):
     """The API believes the class holds 8 GiB (the estimate passes); the worker's cap is 1200 MiB, and
-    4 x 512 tokens of text through SmolLM2-135M need about 2 GiB: the kernel kills the child; the job fails
-    `oom` with the cgroup's measured peak. (The tiny model no longer can: with the chunked LM head, on by
-    default, its 8 x 512 tokens peak at about 570 MiB.)"""
+    the job (`create_memory_hog`) needs about 2 GiB: the kernel kills the child; the job fails `oom` with
+    the cgroup's measured peak."""
     base = ensure_default_model()
     queue = f"cpu-oom-{os.getpid()}"
     dirs = [model_dir, base.parent]
@@ -119,10 +118,7 @@ def test_a_job_past_its_memory_cap_fails_oom_and_the_worker_goes_on(make_setting
     worker_settings = make_settings(worker_classes=[WorkerClass(queue=queue, memory_mib=1200)], model_dirs=dirs)
     service = make_service(api_settings)
     worker = start_worker(worker_settings)
-    text = service.upload([{"text": " ".join(f"word{i * j}" for j in range(400))} for i in range(16)])
-    job = service.create_job(text, model=base.name, hyperparameters={"batch_size": 4},
-                             method={"quantization": "nf4", "max_seq_len": 512, "lcsb": {"fraction": 0.25},
-                                     "lora": {"rank": 8, "alpha": 16}})
+    job = create_memory_hog(service, base.name)
     failed = service.wait(job["id"], {"failed", "succeeded"}, JOB_BOUND_S)
     assert failed["status"] == "failed" and failed["error"]["code"] == "oom", (failed["error"], failed["progress"])
     assert "1200 MiB" in failed["error"]["message"] and "measured peak" in failed["error"]["message"]

@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.models import Job
 from lcsb_service.settings import WorkerClass
-from tests.worker.conftest import LOST_BOUND_S, chat_rows
+from tests.worker.conftest import LOST_BOUND_S, chat_rows, create_memory_hog
 from tests.worker.test_failures import alive, child_pid
 
 pytestmark = pytest.mark.worker
@@ -128,16 +128,12 @@ def test_cancel_and_a_killed_process_end_only_their_own_job(make_settings, start
 
 def test_an_oom_kill_ends_only_the_job_over_its_reservation(make_settings, start_worker, make_service, model_dir):
     """Two jobs on one 8 GiB worker: the hog's estimate is forced to 960 MiB (so it reserves 1,200), while
-    4 x 512 tokens through SmolLM2-135M need about 2 GiB: its cgroup kills it, not its neighbour (the tiny
-    model), which succeeds. (The tiny model cannot be the hog: with the chunked LM head its 8 x 512 tokens
-    peak at about 570 MiB.)"""
+    the hog (`create_memory_hog`, SmolLM2-135M) needs about 2 GiB: its cgroup kills it, not its neighbour
+    (the tiny model), which succeeds."""
     base = ensure_default_model()
     settings = packed_settings(make_settings, slots=2, model_dirs=[model_dir, base.parent])
     service = make_service(settings)
-    text = service.upload([{"text": " ".join(f"word{i * j}" for j in range(400))} for i in range(16)])
-    hog = service.create_job(text, model=base.name, hyperparameters={"batch_size": 4},
-                             method={"quantization": "nf4", "max_seq_len": 512, "lcsb": {"fraction": 0.25},
-                                     "lora": {"rank": 8, "alpha": 16}})["id"]
+    hog = create_memory_hog(service, base.name)["id"]
     neighbour = service.create_job(service.upload(chat_rows(12)), **MEDIUM)
     force_estimate(service, hog, 960)
     start_worker(settings)

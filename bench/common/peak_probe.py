@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -77,16 +78,19 @@ def measure_and_estimate(spec: dict[str, Any], *, env: dict[str, str] | None = N
     """
     from lcsb_core.models.gguf_import import ensure_default_model
 
-    ensure_default_model()
+    folder = ensure_default_model()
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(spec)], capture_output=True, text=True,
                          check=True, env={**os.environ, **(env or {})})
     probe = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**probe, "estimate": estimate(spec, probe["max_backprop_layers"], probe["compute_dtype"]).to_dict()}
+    return {**probe, "estimate": estimate(spec, probe["max_backprop_layers"], probe["compute_dtype"],
+                                          folder=folder).to_dict()}
 
 
-def estimate(spec: dict[str, Any], max_backprop_layers: int, compute_dtype: str) -> MemoryEstimate:
+def estimate(spec: dict[str, Any], max_backprop_layers: int, compute_dtype: str, *,
+             folder: Path | None = None) -> MemoryEstimate:
     """`lcsb_core.memory.estimate_peak_mib` for configuration `spec` of SmolLM2-135M whose deepest step
-    back-propagates `max_backprop_layers` in `compute_dtype` (`bf16` or `fp32`), as the probe ran it.
+    back-propagates `max_backprop_layers` in `compute_dtype` (`bf16` or `fp32`), as the probe ran it;
+    `folder` is the model folder when the caller has it (else `ensure_default_model` finds it).
 
     Raises:
         ModelLoadError: the model folder cannot be found (`ensure_default_model`)."""
@@ -95,7 +99,7 @@ def estimate(spec: dict[str, Any], max_backprop_layers: int, compute_dtype: str)
     from lcsb_core.models.gguf_import import ensure_default_model
     from lcsb_core.schedules import make_schedule
 
-    folder = ensure_default_model()
+    folder = folder or ensure_default_model()
     config = json.loads((folder / "config.json").read_text())
     split = depth_split_for(make_schedule(spec["schedule"], num_layers=config["num_hidden_layers"], k=spec["k"]),
                             batch_size=spec["batch"], accumulation_steps=1)

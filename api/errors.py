@@ -67,6 +67,14 @@ def _found(err: dict) -> str:
     return f", found {json_type(value)} {shown if len(shown) <= 40 else shown[:37] + '...'}"
 
 
+def _either(messages: list[str]) -> str:
+    """A union's member messages as one: "Input should be 'auto' or greater than or equal to 0.001" (the
+    shared "Input should be " said once)."""
+    prefix = "Input should be "
+    return " or ".join(m.removeprefix(prefix) if i and messages[0].startswith(prefix) else m
+                       for i, m in enumerate(messages))
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)  # registered for it only
     errs = list(exc.errors()) or [{"loc": (), "msg": "invalid request", "type": ""}]
@@ -76,7 +84,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     path = _field_path(tuple(errs[0].get("loc", ())))
     same = [e for e in errs if _field_path(tuple(e.get("loc", ()))) == path]  # a union's member errors
     param = ".".join(path) or None
-    detail = " or ".join(dict.fromkeys(str(e.get("msg")) for e in same)) + _found(same[0])
+    detail = _either(list(dict.fromkeys(str(e.get("msg")) for e in same))) + _found(same[0])
     if errs[0].get("type") == "extra_forbidden" and path:  # a known field in the wrong place: say where
         elsewhere = [p for p in request_field_paths().get(str(path[-1]), []) if p != param]
         if elsewhere:

@@ -84,7 +84,9 @@ def readme_text(manifest: dict) -> str:
         f"{', '.join(manifest['lora']['targets'])}, trained on {base['name']} ({base['hub_id']}). "
         "Effect kept: the share of the adapter's weight change a merged file keeps, along the change "
         "(<stored - base, change> / ||change||^2); error: ||stored - base - change|| / ||change||, rounding "
-        "noise included. A 4-bit merge keeps little of a short job's change; the adapter file keeps it exactly.",
+        "noise included (Q8_0's rounding of every weight can exceed a short job's change in norm while keeping "
+        "it along its direction and in the outputs; docs/export.md). A 4-bit merge keeps little of a short job's "
+        "change; the adapter file keeps it exactly.",
         "",
         "| file | format | size | effect kept | error |", "|---|---|---|---|---|", rows, "",
     ]

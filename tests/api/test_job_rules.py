@@ -74,8 +74,16 @@ def test_numbers_and_booleans_are_strict(client, alice, body, param):
 def test_the_string_in_the_answer_is_named(client, alice):
     f = upload_ok(client, alice)
     err = assert_error(create_job(client, alice, f["id"], hyperparameters={"n_epochs": "2"}), 400)
-    assert err["message"] == ("hyperparameters.n_epochs: Input should be 'auto' or Input should be a valid "
+    assert err["message"] == ("hyperparameters.n_epochs: Input should be 'auto' or a valid "
                               'integer, found string "2"')
+
+
+def test_a_union_says_input_should_be_once(client, alice):
+    f = upload_ok(client, alice)
+    err = assert_error(create_job(client, alice, f["id"], hyperparameters={"learning_rate_multiplier": -1}), 400,
+                       "invalid_value", "hyperparameters.learning_rate_multiplier")
+    assert err["message"] == ("hyperparameters.learning_rate_multiplier: Input should be 'auto' or greater than or "
+                              "equal to 0.001, found number -1")
 
 
 def test_right_types_still_pass(client, alice):

@@ -23,7 +23,11 @@ rm -rf runs/service runs/main-job && mkdir -p runs/service runs/data
 .venv/bin/lcsb gsm8k-to-chat "$DATA/gsm8k/test.jsonl" runs/data/gsm8k_test64.jsonl --limit 64
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+  [ "${#pids[@]}" -gt 0 ] && echo "stopped the service (API and workers; runs/service/ kept)"
+  return 0
+}
 trap cleanup EXIT
 .venv/bin/alembic upgrade head >runs/service/migrate.log 2>&1
 export LCSB_API_KEY=$(.venv/bin/python -m lcsb_service.keys create --owner demo | tail -1)

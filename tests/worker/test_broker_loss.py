@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.worker.conftest import LOST_BOUND_S
-from tests.worker.test_failures import JOB_BOUND_S, LONG, alive, child_pid
+from tests.worker.test_failures import JOB_BOUND_S, alive, child_pid, create_long_job
 
 pytestmark = pytest.mark.worker
 
@@ -98,7 +98,7 @@ def test_only_worker_killed_and_never_restarted(make_settings, start_worker, mak
     service = make_service(settings)
     with service.client:
         worker = start_worker(settings)
-        job = service.create_job(**LONG)
+        job = create_long_job(service)
         service.wait(job["id"], {"running"}, JOB_BOUND_S, step=2)
         pid = child_pid(service, job["id"])
         worker.kill()

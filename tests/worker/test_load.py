@@ -11,7 +11,7 @@ import pytest
 
 from bench.api_load import poll_load
 from tests.api.conftest import start_api
-from tests.worker.test_failures import JOB_BOUND_S, LONG
+from tests.worker.test_failures import JOB_BOUND_S, create_long_job
 
 pytestmark = pytest.mark.worker
 
@@ -22,7 +22,7 @@ def test_200_concurrent_pollers_while_a_job_trains(make_settings, start_worker, 
     settings = make_settings()
     service = make_service(settings)  # the tenant's key, uploads and job creation
     start_worker(settings)
-    job = service.create_job(**LONG)
+    job = create_long_job(service)
     service.wait(job["id"], {"running"}, JOB_BOUND_S, step=1)
     api, url = start_api(settings)
     try:

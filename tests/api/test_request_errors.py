@@ -130,7 +130,8 @@ BOUNDS = [
     ({"hyperparameters": {"learning_rate": 1e-300}}, LR, "greater than or equal to 0.0000001"),
     ({"hyperparameters": {"learning_rate": 0.0}}, LR, "greater than or equal to 0.0000001"),
     ({"hyperparameters": {"learning_rate": 1.0}}, LR, "less than 1"),
-    ({"hyperparameters": {"learning_rate_multiplier": 1e-300}}, f"{LR}_multiplier", "greater than or equal to 0.001"),
+    ({"hyperparameters": {"learning_rate_multiplier": 1e-300}}, f"{LR}_multiplier",
+     "'auto' or greater than or equal to 0.001"),
     ({"method": {"type": "supervised", "lora": {"alpha": 1e-300}}}, LORA, "greater than or equal to 0.001"),
     ({"method": {"type": "supervised", "lora": {"alpha": 4097.0}}}, LORA, "less than or equal to 4096"),
 ]
@@ -141,8 +142,7 @@ def test_training_values_outside_a_range_that_can_train(client, alice, body, par
     file_id = upload_ok(client, alice)["id"]
     r = client.post(BODY_ROUTES[1], headers=alice.headers, json={"model": SMOL, "training_file": file_id, **body})
     err = assert_error(r, 400, "invalid_value", param)
-    assert err["message"].startswith(f"{param}: ") and "Input should be " in err["message"], err
-    assert f"be {bound}" in err["message"] or f"or {bound}" in err["message"], err
+    assert err["message"].startswith(f"{param}: ") and f"Input should be {bound}" in err["message"], err
     value = json.dumps(next(iter(next(iter(body.values())).values())) if "lora" not in param
                        else body["method"]["lora"]["alpha"])
     assert err["message"].endswith(f", found number {value}"), err

@@ -222,6 +222,17 @@ def chat_rows(n: int, answer_words: int = 6) -> list[dict]:
             for i in range(n)]
 
 
+LONG_ROWS = 120  # x 100 epochs / batch 2 = 6,000 steps: minutes even on a fast quiet CPU, where the service's
+#                  12-row default (600 steps) finished in 27 s, inside the time-limit test's 30 s
+
+
+def create_long_job(service, method: dict | None = None) -> dict:
+    """A job that cannot finish within any bound these tests wait for: 100 epochs of `LONG_ROWS` rows of the
+    service's default job, with `method` fields added (e.g. `{"save_every": 3}`). Returns the created job."""
+    return service.create_job(service.upload(chat_rows(LONG_ROWS)), hyperparameters={"n_epochs": 100},
+                              method=method or {})
+
+
 def create_memory_hog(service, model: str) -> dict:
     """A job that needs far more than a 1,200 MiB cap: 16 rows of 400-word text through SmolLM2-135M NF4
     (`model`, the name under which the service's `model_dirs` hold it) at 4 x 512 tokens, about 2 GiB.

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.worker.conftest import LOST_BOUND_S
-from tests.worker.test_failures import JOB_BOUND_S, alive, child_pid, create_long_job
+from tests.worker.conftest import LOST_BOUND_S, create_long_job
+from tests.worker.test_failures import JOB_BOUND_S, alive, child_pid
 
 pytestmark = pytest.mark.worker
 
@@ -98,7 +98,7 @@ def test_only_worker_killed_and_never_restarted(make_settings, start_worker, mak
     service = make_service(settings)
     with service.client:
         worker = start_worker(settings)
-        job = create_long_job(service)
+        job = create_long_job(service, {"save_every": 3})
         service.wait(job["id"], {"running"}, JOB_BOUND_S, step=2)
         pid = child_pid(service, job["id"])
         worker.kill()

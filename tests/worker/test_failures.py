@@ -15,20 +15,12 @@ from sqlalchemy import select
 from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.models import JobEvent
 from lcsb_service.settings import WorkerClass
-from tests.worker.conftest import LOST_BOUND_S, TINY_NAN, chat_rows, create_memory_hog
+from tests.worker.conftest import LOST_BOUND_S, TINY_NAN, create_long_job, create_memory_hog
 
 pytestmark = pytest.mark.worker
 
 JOB_BOUND_S = 60.0
-LONG = {"hyperparameters": {"n_epochs": 100}, "method": {"save_every": 3}}
-LONG_ROWS = 120  # x 100 epochs / batch 2 = 6,000 steps: minutes even on a fast quiet CPU, where the service's
-#                  12-row default (600 steps) finished in 27 s, inside the time-limit test's 30 s
 DETECT_S = 3.0  # the supervisor notices its child's exit within a poll (0.1 s) plus a database write
-
-
-def create_long_job(service) -> dict:
-    """A job that cannot finish within any bound these tests wait for (`LONG` on `LONG_ROWS` rows)."""
-    return service.create_job(service.upload(chat_rows(LONG_ROWS)), **LONG)
 
 
 def child_pid(service, job_id: str) -> int:
@@ -55,7 +47,7 @@ def test_sigkill_of_the_training_child(make_settings, start_worker, make_service
     settings = make_settings()
     service = make_service(settings)
     worker = start_worker(settings)
-    job = create_long_job(service)
+    job = create_long_job(service, {"save_every": 3})
     service.wait(job["id"], {"running"}, JOB_BOUND_S, step=2)
     os.kill(child_pid(service, job["id"]), signal.SIGKILL)
     t0 = time.monotonic()
@@ -70,7 +62,7 @@ def test_sigkill_of_the_worker(make_settings, start_worker, make_service):
     reaper fails the job within the heartbeat bound and then serves the next job."""
     settings = make_settings()
     service = make_service(settings)
-    job = create_long_job(service)
+    job = create_long_job(service, {"save_every": 3})
     doomed = start_worker(settings)
     service.wait(job["id"], {"running"}, JOB_BOUND_S, step=2)
     survivor = start_worker(settings)
@@ -90,7 +82,7 @@ def test_cancel_stops_within_one_step_and_keeps_the_checkpoint(make_settings, st
     settings = make_settings()
     service = make_service(settings)
     start_worker(settings)
-    job = create_long_job(service)
+    job = create_long_job(service, {"save_every": 3})
     service.wait(job["id"], {"running"}, JOB_BOUND_S, step=4)  # checkpoint at step 3 published
     r = service.client.post(f"/v1/fine_tuning/jobs/{job['id']}/cancel", headers=service.headers)
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
@@ -166,7 +158,7 @@ def test_time_limit_is_timeout_and_keeps_checkpoints(make_settings, start_worker
     settings = make_settings(job_time_limit_s=limit_s, job_kill_grace_s=grace_s)
     service = make_service(settings)
     start_worker(settings)
-    job = create_long_job(service)
+    job = create_long_job(service, {"save_every": 3})
     t0 = time.monotonic()
     failed = service.wait(job["id"], {"failed", "succeeded"}, limit_s + grace_s + 5.0)
     print(f"[worker] time limit {limit_s:.0f} s -> failed after {time.monotonic() - t0:.1f} s")

@@ -11,7 +11,8 @@ import pytest
 
 from bench.api_load import poll_load
 from tests.api.conftest import start_api
-from tests.worker.test_failures import JOB_BOUND_S, create_long_job
+from tests.worker.conftest import create_long_job
+from tests.worker.test_failures import JOB_BOUND_S
 
 pytestmark = pytest.mark.worker
 
@@ -22,7 +23,7 @@ def test_200_concurrent_pollers_while_a_job_trains(make_settings, start_worker, 
     settings = make_settings()
     service = make_service(settings)  # the tenant's key, uploads and job creation
     start_worker(settings)
-    job = create_long_job(service)
+    job = create_long_job(service, {"save_every": 3})
     service.wait(job["id"], {"running"}, JOB_BOUND_S, step=1)
     api, url = start_api(settings)
     try:

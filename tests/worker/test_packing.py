@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_service.models import Job
 from lcsb_service.settings import WorkerClass
-from tests.worker.conftest import LOST_BOUND_S, chat_rows, create_memory_hog
+from tests.worker.conftest import LOST_BOUND_S, chat_rows, create_long_job, create_memory_hog
 from tests.worker.test_failures import alive, child_pid
 
 pytestmark = pytest.mark.worker
@@ -32,7 +32,6 @@ CAP_MIB = 8 * GIB
 JOB_BOUND_S = 90.0   # a tiny-model job beside others on 2 CPU cores
 SHORT = {"hyperparameters": {"n_epochs": 4}}    # 24 steps
 MEDIUM = {"hyperparameters": {"n_epochs": 10}}  # 60 steps
-LONG = {"hyperparameters": {"n_epochs": 100}}   # 600 steps: ended by the test
 
 
 def packed_settings(make_settings, slots: int, **over):
@@ -101,7 +100,7 @@ def test_cancel_and_a_killed_process_end_only_their_own_job(make_settings, start
     then a job that reserves the whole cap runs, so all three reservations were given back."""
     settings = packed_settings(make_settings, slots=3)
     service = make_service(settings)
-    cancelled, killed, kept = (service.create_job(**LONG)["id"], service.create_job(**LONG)["id"],
+    cancelled, killed, kept = (create_long_job(service)["id"], create_long_job(service)["id"],
                                service.create_job(**MEDIUM)["id"])
     whole = service.create_job(**SHORT)["id"]
     force_estimate(service, whole, CAP_MIB)   # reserves the whole cap: only on an empty worker
@@ -154,7 +153,7 @@ def test_a_killed_worker_with_two_running_jobs_has_both_failed_by_the_sweeper(ma
                                                                                make_service):
     settings = packed_settings(make_settings, slots=2)
     service = make_service(settings)
-    ids = [service.create_job(**LONG)["id"] for _ in range(2)]
+    ids = [create_long_job(service)["id"] for _ in range(2)]
     doomed = start_worker(settings)
     for job_id in ids:
         service.wait(job_id, {"running"}, JOB_BOUND_S, step=2)

@@ -14,13 +14,12 @@ import pytest
 
 from lcsb_service.settings import WorkerClass
 from tests.s3_server import moto_s3
-from tests.worker.conftest import chat_rows
+from tests.worker.conftest import chat_rows, create_long_job
 from worker.enqueue import CeleryEnqueuer
 
 pytestmark = pytest.mark.worker
 
 JOB_BOUND_S = 60.0   # a 6-step tiny-model job: child start (torch import, ~5 s) + steps, on 2 CPU cores
-LONG = {"hyperparameters": {"n_epochs": 100}}  # 600 steps, ~0.12 s each: runs for over a minute
 
 
 def started_on(service, job_id: str) -> list[str]:
@@ -156,7 +155,7 @@ def test_a_queued_job_starts_while_another_worker_is_busy(make_settings, start_w
     first job still runs."""
     settings = make_settings()
     service = make_service(settings)
-    long_job = service.create_job(**LONG)
+    long_job = create_long_job(service)
     short_job = service.create_job()
     busy = start_worker(settings)
     service.wait(long_job["id"], {"running"}, JOB_BOUND_S, step=1)

@@ -265,7 +265,8 @@ def main(argv=None) -> None:
     if args.table == "decision":
         rows, default = decision(runs, args.steps, read_rows(args.step_time))
         print(decision_table(rows, default, args.steps))
-        print(f"\ndefault by the rule (>= {SPEED_RULE}x faster per step, lowest eval loss at full's time): {default}")
+        print(f"\ndefault by the rule (>= {SPEED_RULE}x faster per step, or faster than full where none is; "
+              f"lowest eval loss at full's time): {default}")
         return
     if args.table == "confirm":
         step_rows = read_rows(args.step_time) if args.step_time else []

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lcsb_core.default_schedule import AUTO, resolve_schedule
 from lcsb_core.errors import ConfigError
 from lcsb_core.eval.settings import EvalSettings
 from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
@@ -85,8 +86,10 @@ class LoraSettings:
 @dataclass
 class LCSBSettings:
     """Selective backprop: `schedule` (one of `lcsb_core.schedules.SCHEDULES`, whose module docstring
-    says what each means), `k` layers per step or `fraction` of the decoder layers (neither:
-    `lcsb_core.schedules.DEFAULT_FRACTION`, a quarter; `full` uses all), `full_every` (`topfull` only: a
+    says what each means, or "auto", the default: the rule's schedule for the run's model, which
+    `TrainConfig` resolves through `lcsb_core.default_schedule` before anything reads it), `k` layers
+    per step or `fraction` of the decoder layers (neither: `lcsb_core.schedules.DEFAULT_FRACTION`, a
+    quarter; `full` uses all), `full_every` (`topfull` only: a
     full backward every N-th step; None: `lcsb_core.schedules.DEFAULT_FULL_EVERY`), `momentum_for_skipped`
     (zero, not None, gradients for non-selected LoRA parameters so AdamW moves them by momentum),
     `deep_fraction` (`split` only: the share of a step's examples back-propagated through every layer;
@@ -104,7 +107,7 @@ class LCSBSettings:
     `lcsb_core.schedules`); `k` against the model's layers is checked when the schedule is resolved
     (`schedules.schedule_for`), `full_every` against `max_steps` by `TrainConfig.check_honoured`."""
 
-    schedule: str = "topfull"  # chosen by the rule of BENCHMARKS.md section 6 (issue 11)
+    schedule: str = AUTO  # the rule's schedule for the run's model: lcsb_core.default_schedule (issue 30)
     k: int | None = None
     fraction: float | None = None
     full_every: int | None = None
@@ -116,24 +119,47 @@ class LCSBSettings:
     importance_refresh_every: int = DEFAULT_REFRESH_EVERY
 
     def __post_init__(self) -> None:
-        check_schedule(self.schedule)
+        check_schedule(self.schedule, also=(AUTO,))
         check_k_or_fraction(self.k, self.fraction)
         if self.k is None and self.fraction is None:
             self.fraction = DEFAULT_FRACTION
         _check(self.importance_refresh_every >= 1, "lcsb.importance_refresh_every", "must be >= 1")
-        if self.full_every is not None:
-            check_full_every(self.full_every)
-            _check(schedule_takes("full_every", self.schedule), "lcsb.full_every",
-                   f"has no effect with schedule {self.schedule!r} (only topfull has full backward steps); remove it")
-        if self.deep_fraction is not None:
-            check_deep_fraction(self.deep_fraction)
-            _check(schedule_takes("deep_fraction", self.schedule), "lcsb.deep_fraction",
-                   f"has no effect with schedule {self.schedule!r} (only split divides a step's examples by "
-                   "depth); remove it")
         _check(not (self.recompute_deep and self.gradient_checkpointing), "lcsb.recompute_deep",
                "has no effect with lcsb.gradient_checkpointing, which recomputes every trained layer; use one")
         _check(self.layer_lr_scaling in LAYER_LR_SCALINGS, "lcsb.layer_lr_scaling",
                f"must be one of {', '.join(LAYER_LR_SCALINGS)}, got {self.layer_lr_scaling!r}")
+        if self.full_every is not None:
+            check_full_every(self.full_every)
+        if self.deep_fraction is not None:
+            check_deep_fraction(self.deep_fraction)
+        if self.schedule != AUTO:
+            self.check_schedule_options()
+
+    def resolve(self, model_name_or_path: str) -> None:
+        """Replace `schedule` "auto" with the rule's schedule for the model
+        (`lcsb_core.default_schedule.resolve_schedule`) and check the options that depend on it.
+
+        Raises:
+            ConfigError: an option the resolved schedule does not take (naming the option and the
+                schedule, so a user sees which schedule "auto" chose).
+        """
+        if self.schedule == AUTO:
+            self.schedule = resolve_schedule(self.schedule, model_name_or_path)
+            self.check_schedule_options()
+
+    def check_schedule_options(self) -> None:
+        """The options that only some schedules take, against `schedule` (a name, not "auto").
+
+        Raises:
+            ConfigError: naming `lcsb.full_every`, `lcsb.deep_fraction` or `lcsb.layer_lr_scaling`.
+        """
+        if self.full_every is not None:
+            _check(schedule_takes("full_every", self.schedule), "lcsb.full_every",
+                   f"has no effect with schedule {self.schedule!r} (only topfull has full backward steps); remove it")
+        if self.deep_fraction is not None:
+            _check(schedule_takes("deep_fraction", self.schedule), "lcsb.deep_fraction",
+                   f"has no effect with schedule {self.schedule!r} (only split divides a step's examples by "
+                   "depth); remove it")
         blocker = layer_lr_scaling_blocker(self.schedule)
         _check(self.layer_lr_scaling == "none" or blocker is None, "lcsb.layer_lr_scaling",
                f"{self.layer_lr_scaling} has no effect with schedule {self.schedule!r} ({blocker}); use none")
@@ -282,6 +308,8 @@ class TrainConfig:
     loss_chunk_mib: int = 16
 
     def __post_init__(self) -> None:
+        by_default = self.lcsb.schedule == AUTO
+        self.lcsb.resolve(self.model.name_or_path)  # "auto": the rule's schedule for this model (issue 30)
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
             self.optim.learning_rate = default_learning_rate(self.lcsb.schedule)
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
@@ -291,9 +319,11 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
         _check(self.lcsb.schedule != "split" or self.batch_size * self.gradient_accumulation_steps >= 2,
-               "batch_size", "is 1 with schedule split, which divides each step's examples by depth and needs "
-               "2 or more per step: raise {batch_size} or {gradient_accumulation_steps}",
-               ("gradient_accumulation_steps",))
+               "batch_size", "is 1 with schedule split" + (f" ({self.model.name_or_path}'s default)" if by_default
+                                                          else "") + ", which divides each step's examples by "
+               "depth and needs 2 or more per step: raise {batch_size} or {gradient_accumulation_steps}"
+               + (", or name another {lcsb.schedule} (topfull)" if by_default else ""),
+               ("gradient_accumulation_steps",) + (("lcsb.schedule",) if by_default else ()))
         _check(isinstance(self.loss_chunk_mib, int) and not isinstance(self.loss_chunk_mib, bool)
                and 0 <= self.loss_chunk_mib <= 1024, "loss_chunk_mib",
                f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")

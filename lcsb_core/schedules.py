@@ -175,14 +175,15 @@ class Schedule(Protocol):
         ...
 
 
-def check_schedule(name: str) -> None:
-    """The one check of a schedule name.
+def check_schedule(name: str, also: tuple[str, ...] = ()) -> None:
+    """The one check of a schedule name; `also`: other accepted values (the config's "auto"), listed first.
 
     Raises:
-        ConfigError: `name` is not one of `SCHEDULES` (the message lists them), naming `lcsb.schedule`.
+        ConfigError: `name` is not one of `also` or `SCHEDULES` (the message lists them), naming
+            `lcsb.schedule`.
     """
-    if name not in _CLASSES:
-        raise ConfigError("lcsb.schedule", f"must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    if name not in _CLASSES and name not in also:
+        raise ConfigError("lcsb.schedule", f"must be one of {', '.join((*also, *SCHEDULES))}, got {name!r}")
 
 
 def check_k_or_fraction(k: int | None, fraction: float | None) -> None:

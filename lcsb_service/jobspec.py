@@ -44,7 +44,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from lcsb_core.config import DataSettings, LCSBSettings, TrainConfig
+from lcsb_core.config import DataSettings, TrainConfig
+from lcsb_core.default_schedule import resolve_schedule
 from lcsb_core.errors import ConfigError
 from lcsb_core.memory import estimate_for
 from lcsb_core.schedules import Schedule, schedule_for
@@ -114,7 +115,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         Unprocessable: no worker class has enough memory (code `insufficient_memory`).
     """
     method = request.get("method") or {}
-    schedule_name = (method.get("lcsb") or {}).get("schedule") or LCSBSettings.schedule
+    schedule_name = resolve_schedule((method.get("lcsb") or {}).get("schedule"), model.name)
     try:
         hp = resolve_hyperparameters(merged_hyperparameters(request), settings, schedule=schedule_name,
                                      train_examples=train_examples)

@@ -24,6 +24,7 @@ from lcsb_core.config import (
     OptimSettings,
     TrainConfig,
 )
+from lcsb_core.default_schedule import AUTO, BY_MODEL, DEFAULT_SCHEDULE
 from lcsb_core.learning_rate import AUTO_WARMUP_MAX
 from lcsb_core.schedules import DEFAULT_DEEP_FRACTION, DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
 from lcsb_service.ids import unix
@@ -77,6 +78,9 @@ class LoraMethod(BaseModel):
         description=f"projections to adapt (default all: {', '.join(LoraSettings.target_modules)})")
 
 
+_BY_MODEL = ", ".join(f"{schedule} for {model}" for model, schedule in BY_MODEL.items())
+
+
 class LCSBMethod(BaseModel):
     """Selective backprop: the schedule (what each name means: `lcsb_core.schedules`; exact-gradient
     `top`, `topfull`, `tail`, `freeze`, the paper's surrogate-gradient LCSB `cyclic`, `random`,
@@ -87,9 +91,10 @@ class LCSBMethod(BaseModel):
     trainer's `LCSBSettings` checks the rest at creation (`lcsb_service.jobspec`)."""
 
     model_config = Strict
-    schedule: Literal[SCHEDULES] | None = Field(  # type: ignore[valid-type]
+    schedule: Literal[(AUTO, *SCHEDULES)] | None = Field(  # type: ignore[valid-type]
         default=None, description="Which decoder layers train at each step "
-        f"(default {LCSBSettings.schedule}). Exact gradient: top (the top k every step), topfull (top k, and all "
+        f"(default {AUTO}: the default rule's schedule for the model, {_BY_MODEL}, else {DEFAULT_SCHEDULE}; "
+        "the job object states the one resolved). Exact gradient: top (the top k every step), topfull (top k, and all "
         "layers every full_every-th step), tail (every layer above a cut that moves down by k each step), freeze "
         "(cyclic blocks, others frozen but back-propagated), split (the top k on every example, all layers on "
         "deep_fraction of each step's examples), full (plain LoRA). The paper's LCSB with a surrogate "

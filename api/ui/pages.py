@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from lcsb_core.config import LCSBSettings
+from lcsb_core.default_schedule import AUTO
 from lcsb_core.schedules import DEFAULT_FRACTION, SCHEDULES, schedule_takes
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +63,7 @@ def jobs(request: Request) -> HTMLResponse:
 
 @router.get("/jobs/new")
 def new_job(request: Request) -> HTMLResponse:
-    return _page(request, "new_job.html", "New job", page="new-job", schedules=SCHEDULES,
+    return _page(request, "new_job.html", "New job", page="new-job", schedules=(AUTO, *SCHEDULES),
                  default_schedule=LCSBSettings().schedule, default_fraction=f"{DEFAULT_FRACTION:g}",
                  full_every_schedules=[n for n in SCHEDULES if schedule_takes("full_every", n)])
 

@@ -88,3 +88,24 @@ def test_text_and_prompt_completion_jobs_on_gemma_are_accepted(client, alice, ge
     # k is checked against Gemma's 18 layers, max_seq_len against its context
     assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": {"k": 19}}), 400,
                  param="method.lcsb.k")
+
+
+def test_a_gemma_job_naming_no_schedule_gets_the_models_default(client, alice, gemma_in_catalog):
+    """`auto` (or no schedule) resolves per model, the same way as the core's TrainConfig, before the job is
+    stored: Gemma's jobs get `split`, SmolLM2's `topfull`, and an option of another schedule is refused
+    naming the schedule that `auto` chose."""
+    rows = [{"prompt": f"{i} + {i} =", "completion": f" {2 * i}"} for i in range(12)]
+    f = upload_ok(client, alice, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    for lcsb in ({}, {"schedule": "auto"}):
+        job = create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": lcsb}).json()
+        assert (job["method"]["lcsb"]["schedule"], job["method"]["lcsb"]["deep_fraction"],
+                job["method"]["lcsb"]["full_every"]) == ("split", 0.25, None)
+        assert job["hyperparameters"]["learning_rate"] == 8e-4
+    smol = create_job(client, alice, f["id"], model="SmolLM2-135M-Instruct", method={"lcsb": {"schedule": "auto"}})
+    assert smol.json()["method"]["lcsb"]["schedule"] == "topfull"
+    err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": {"full_every": 3}}),
+                       400, param="method.lcsb.full_every")
+    assert "'split'" in err["message"]
+    err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", hyperparameters={"batch_size": 1}),
+                       400, param="hyperparameters.batch_size")
+    assert "gemma-3-270m's default" in err["message"] and "method.lcsb.schedule" in err["message"]

@@ -114,6 +114,28 @@ def test_decision_takes_each_schedule_at_its_best_lr_and_applies_the_speed_rule(
     assert by["top"]["time_to_full_loss"] is None  # never reaches 1.0 within its 24 steps
 
 
+def test_where_no_schedule_reaches_the_bar_the_rule_ranks_those_faster_than_full():
+    slow = [{**r, "step_s": {"top": 2.5, "topfull/4": 2.8, "freeze": 3.5}.get(r["schedule"], r["step_s"])}
+            for r in STEP_ROWS]  # top 1.2x, topfull/4 1.07x, freeze 0.86x: none >= 1.35x
+    runs = [_lr_run("full", 8e-4, [(0, 2.0), (12, 1.0)], 12),
+            _lr_run("top", 8e-4, [(0, 2.0), (12, 1.4), (24, 1.2)], 24),
+            _lr_run("topfull/4", 8e-4, [(0, 2.0), (12, 1.1), (24, 0.9)], 24),
+            _lr_run("freeze", 8e-4, [(0, 2.0), (12, 0.5), (24, 0.4)], 24)]
+    rows, default = decide.decision(runs, 12, slow)
+    by = {r["schedule"]: r for r in rows}
+    assert by["top"]["eval_loss_at_full_time"] > by["topfull/4"]["eval_loss_at_full_time"]
+    assert by["freeze"]["eval_loss_at_full_time"] < by["topfull/4"]["eval_loss_at_full_time"]
+    assert default == "topfull/4"  # freeze is best at that time but slower than full backprop
+    assert decide.decision(runs[:1], 12, slow)[1] is None  # full alone: nothing to choose
+
+
+def test_step_rows_with_options_after_a_plus_read_as_their_schedule():
+    chunked = [{**r, "schedule": r["schedule"] + "+chunk16"} for r in STEP_ROWS]
+    assert [decide.speed_vs_full(chunked, s) for s in ("full", "top", "topfull/4", "freeze", "split")] == \
+        [decide.speed_vs_full(STEP_ROWS, s) for s in ("full", "top", "topfull/4", "freeze", "split")] == \
+        [1.0, 2.0, 1.5, 1.2, None]
+
+
 def _seed_run(label, seed, evals, steps):
     run = _lr_run(label, 8e-4, evals, steps)
     run["spec"]["seed"] = seed

@@ -270,8 +270,9 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     ui.wait(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-estimated") == "cpu-6g")
     assert ui.text("#form-error") == ""
     schedule = Select(ui.find("#f-schedule"))
-    assert [o.text for o in schedule.options] == list(SCHEDULES)  # the core's list, its default preselected
-    assert schedule.first_selected_option.text == LCSBSettings().schedule
+    # the core's list after "auto" (the model's default by the rule), which is preselected
+    assert [o.text for o in schedule.options] == ["auto", *SCHEDULES]
+    assert schedule.first_selected_option.text == LCSBSettings().schedule == "auto"
     estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers, json={
         "model": "SmolLM2-135M-Instruct", "training_file": Select(ui.find("#f-training")).first_selected_option
         .get_attribute("value"), "hyperparameters": {},

@@ -65,6 +65,9 @@ class ProgressCallback(TrainerCallback):
         for key in ("train_data", "eval_data"):
             if key in info:
                 self.progress.console.print(f"{key.replace('_', ' ')}: {info[key]}")
+        self.progress.console.print(f"schedule: {info['schedule_description']}; learning rate "
+                                    f"{info['learning_rate']:.3g} after {info['warmup_steps']} warmup steps",
+                                    highlight=False)
         self.task = self.progress.add_task("train", total=info["total_steps"], completed=info["start_step"], stats="")
 
     def on_step(self, r: StepReport) -> None:

@@ -145,24 +145,33 @@ class LCSBSettings:
         """
         if self.schedule == AUTO:
             self.schedule = resolve_schedule(self.schedule, model_name_or_path)
-            self.check_schedule_options()
+            self.check_schedule_options(default_of=str(model_name_or_path))
 
-    def check_schedule_options(self) -> None:
+    def check_schedule_options(self, default_of: str | None = None) -> None:
         """The options that only some schedules take, against `schedule` (a name, not "auto").
+        `default_of`: the model whose default `schedule` is (it was not named), which the messages say,
+        with the schedule to name instead.
 
         Raises:
             ConfigError: naming `lcsb.full_every`, `lcsb.deep_fraction` or `lcsb.layer_lr_scaling`.
         """
+        chosen = f" ({default_of}'s default)" if default_of else ""
+        mentions = ("lcsb.schedule",) if default_of else ()
+
+        def instead(schedule: str) -> str:
+            return f", or name {{lcsb.schedule}} {schedule}" if default_of else ""
         if self.full_every is not None:
             _check(schedule_takes("full_every", self.schedule), "lcsb.full_every",
-                   f"has no effect with schedule {self.schedule!r} (only topfull has full backward steps); remove it")
+                   f"has no effect with schedule {self.schedule!r}{chosen} (only topfull has full backward "
+                   f"steps); remove it{instead('topfull')}", mentions)
         if self.deep_fraction is not None:
             _check(schedule_takes("deep_fraction", self.schedule), "lcsb.deep_fraction",
-                   f"has no effect with schedule {self.schedule!r} (only split divides a step's examples by "
-                   "depth); remove it")
+                   f"has no effect with schedule {self.schedule!r}{chosen} (only split divides a step's examples "
+                   f"by depth); remove it{instead('split')}", mentions)
         blocker = layer_lr_scaling_blocker(self.schedule)
         _check(self.layer_lr_scaling == "none" or blocker is None, "lcsb.layer_lr_scaling",
-               f"{self.layer_lr_scaling} has no effect with schedule {self.schedule!r} ({blocker}); use none")
+               f"{self.layer_lr_scaling} has no effect with schedule {self.schedule!r}{chosen} ({blocker}); "
+               "use none", mentions)
 
 
 @dataclass
@@ -321,9 +330,9 @@ class TrainConfig:
         _check(self.lcsb.schedule != "split" or self.batch_size * self.gradient_accumulation_steps >= 2,
                "batch_size", "is 1 with schedule split" + (f" ({self.model.name_or_path}'s default)" if by_default
                                                           else "") + ", which divides each step's examples by "
-               "depth and needs 2 or more per step: raise {batch_size} or {gradient_accumulation_steps}"
+               "depth and needs 2 or more per step: raise {batch_size} to 2 or more"
                + (", or name another {lcsb.schedule} (topfull)" if by_default else ""),
-               ("gradient_accumulation_steps",) + (("lcsb.schedule",) if by_default else ()))
+               ("batch_size",) + (("lcsb.schedule",) if by_default else ()))
         _check(isinstance(self.loss_chunk_mib, int) and not isinstance(self.loss_chunk_mib, bool)
                and 0 <= self.loss_chunk_mib <= 1024, "loss_chunk_mib",
                f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")

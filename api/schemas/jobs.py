@@ -44,8 +44,8 @@ class Hyperparameters(BaseModel):
     batch_size: Auto | Annotated[int, Field(ge=1, le=512)] | None = None
     learning_rate_multiplier: Auto | Annotated[float, Field(ge=1e-3, le=100)] | None = Field(
         default=None, description="x the job's base learning rate (auto: 1): the measured best for its schedule "
-                                  "(8e-4 for topfull and full backprop; BENCHMARKS.md); the product must lie in the "
-                                  "learning_rate range")
+                                  "(8e-4 for topfull, split, tail and full backprop; BENCHMARKS.md); the product must "
+                                  "lie in the learning_rate range")
     learning_rate: Annotated[float, Field(ge=LEARNING_RATE_RANGE[0], lt=LEARNING_RATE_RANGE[1])] | None = Field(
         default=None, description=f"AdamW's peak learning rate, in [{LEARNING_RATE_RANGE[0]:g}, "
                                   f"{LEARNING_RATE_RANGE[1]:g})")
@@ -82,13 +82,13 @@ _BY_MODEL = ", ".join(f"{schedule} for {model}" for model, schedule in BY_MODEL.
 
 
 class LCSBMethod(BaseModel):
-    """Selective backprop: the schedule (what each name means: `lcsb_core.schedules`; exact-gradient
-    `top`, `topfull`, `tail`, `freeze`, the paper's surrogate-gradient LCSB `cyclic`, `random`,
-    `importance`, and `full`), `k` layers per step or a `fraction` of them, `full_every` (`topfull`: a
-    full backward every N-th step, N >= 2), momentum updates of untrained layers, gradient
-    checkpointing. Unset fields take the trainer's defaults (`lcsb_core.config`), which the field
-    descriptions read. This schema checks types and simple bounds (and `k` with `fraction`); the
-    trainer's `LCSBSettings` checks the rest at creation (`lcsb_service.jobspec`)."""
+    """Selective backprop: the schedule (`auto`, the default: the model's schedule by the default rule;
+    exact-gradient `top`, `topfull`, `tail`, `freeze`, `split`, the paper's surrogate-gradient LCSB
+    `cyclic`, `random`, `importance`, and `full`; docs/training.md says what each means), `k` layers
+    per step or a `fraction` of them, `full_every` (`topfull`: a full backward every N-th step, N >= 2),
+    momentum updates of untrained layers, gradient checkpointing. Unset fields take the trainer's defaults
+    (`lcsb_core.config`), which the field descriptions read. This schema checks types and simple bounds (and `k`
+    with `fraction`); the trainer's `LCSBSettings` checks the rest at creation (`lcsb_service.jobspec`)."""
 
     model_config = Strict
     schedule: Literal[(AUTO, *SCHEDULES)] | None = Field(  # type: ignore[valid-type]

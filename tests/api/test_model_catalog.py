@@ -105,7 +105,9 @@ def test_a_gemma_job_naming_no_schedule_gets_the_models_default(client, alice, g
     assert smol.json()["method"]["lcsb"]["schedule"] == "topfull"
     err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": {"full_every": 3}}),
                        400, param="method.lcsb.full_every")
-    assert "'split'" in err["message"]
+    assert "schedule 'split' (gemma-3-270m's default)" in err["message"]
+    assert err["message"].endswith("or name method.lcsb.schedule topfull")
     err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", hyperparameters={"batch_size": 1}),
                        400, param="hyperparameters.batch_size")
-    assert "gemma-3-270m's default" in err["message"] and "method.lcsb.schedule" in err["message"]
+    assert "gemma-3-270m's default" in err["message"] and "{" not in err["message"]
+    assert "raise hyperparameters.batch_size to 2 or more, or name another method.lcsb.schedule" in err["message"]

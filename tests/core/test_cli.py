@@ -55,6 +55,8 @@ def test_train_writes_every_output(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["num_layers"] == 3 and summary["k"] == 1
+    text = " ".join(result.output.split())  # the start line states the schedule and learning rate resolved
+    assert "schedule: 1 of 3 layers per step" in text and "learning rate 0.001 after" in text, text
     assert summary["eval_loss_before"] > 0 and summary["eval_loss_after"] > 0
     for rel in ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "metrics.jsonl",
                 "metrics.csv", "selection_history.jsonl", "config.json", "plots/loss.png",

@@ -54,7 +54,7 @@ def test_the_schedules_errors_name_their_field():
     from lcsb_core.schedules import schedule_for
 
     with pytest.raises(ConfigError) as info:
-        schedule_for(LCSBSettings(k=31), num_layers=30)
+        schedule_for(LCSBSettings(schedule="topfull", k=31), num_layers=30)
     assert (info.value.field, info.value.message) == ("lcsb.k",
                                                       "must be in [1, 30] (the model's decoder layers), got 31")
 

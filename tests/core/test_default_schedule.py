@@ -51,10 +51,17 @@ def test_train_config_resolves_auto_before_the_learning_rate_and_states_it():
 def test_options_of_another_schedule_are_refused_against_the_resolved_one():
     with pytest.raises(ConfigError) as err:  # Gemma's auto is split, which has no full-depth steps
         config(model=GEMMA, lcsb=LCSBSettings(full_every=3))
-    assert err.value.field == "lcsb.full_every" and "'split'" in str(err.value)
+    assert err.value.field == "lcsb.full_every"
+    assert "schedule 'split' (gemma-3-270m's default)" in str(err.value)
+    assert str(err.value).endswith("remove it, or name lcsb.schedule topfull")
     with pytest.raises(ConfigError) as err:  # SmolLM2's auto is topfull, which does not split examples
         config(lcsb=LCSBSettings(deep_fraction=0.5))
-    assert err.value.field == "lcsb.deep_fraction" and "'topfull'" in str(err.value)
+    assert err.value.field == "lcsb.deep_fraction"
+    assert "schedule 'topfull' (SmolLM2-135M-Instruct's default)" in str(err.value)
+    assert str(err.value).endswith("remove it, or name lcsb.schedule split")
+    with pytest.raises(ConfigError) as err:  # named: the option is simply refused
+        config(lcsb=LCSBSettings(schedule="topfull", deep_fraction=0.5))
+    assert str(err.value).endswith("; remove it") and "default" not in str(err.value)
     assert config(lcsb=LCSBSettings(full_every=3)).lcsb.full_every == 3
     assert config(model=GEMMA, lcsb=LCSBSettings(deep_fraction=0.5)).lcsb.deep_fraction == 0.5
 
@@ -71,7 +78,8 @@ def test_split_by_default_with_one_example_per_step_is_refused_naming_batch_size
         config(model=GEMMA, batch_size=1)
     message = str(err.value)
     assert err.value.field == "batch_size" and "schedule split (gemma-3-270m's default)" in message
-    assert "name another lcsb.schedule (topfull)" in message
+    assert "raise batch_size to 2 or more, or name another lcsb.schedule (topfull)" in message
+    assert "{" not in message
     with pytest.raises(ConfigError) as err:  # named, not the default: no default clause
         config(model=GEMMA, batch_size=1, lcsb=LCSBSettings(schedule="split"))
     assert "default" not in str(err.value) and "lcsb.schedule" not in str(err.value)

@@ -168,8 +168,11 @@ def test_full_every_only_with_topfull_and_within_max_steps():
 
 
 def test_the_default_schedule_is_topfull_every_4th_step():
-    """The product default chosen by the decision grid (BENCHMARKS.md, "Choosing the default schedule")."""
-    sched = schedule_for(LCSBSettings(), num_layers=30)
+    """The product default on SmolLM2 chosen by the decision grid (BENCHMARKS.md, "Choosing the default
+    schedule"); "auto" resolves to it for that model."""
+    settings = LCSBSettings()
+    settings.resolve("SmolLM2-135M-Instruct")
+    sched = schedule_for(settings, num_layers=30)
     assert (sched.name, sched.k, sched.full_every, sched.identity_skip) == ("topfull", 8, 4, False)
     assert [len(sched.layers_for_step(t)) for t in range(8)] == [8, 8, 8, 30, 8, 8, 8, 30]
 

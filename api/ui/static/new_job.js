@@ -44,7 +44,8 @@
       `headroom): runs on worker class ${est.queue} (cap ${m.memory_cap_mib} MiB, ${m.device}).`;
     const lcsb = est.method.lcsb;
     const rows = [["worker class", est.queue], ["estimated peak (MiB)", m.total_mib.toFixed(1)],
-                  ["memory cap (MiB)", m.memory_cap_mib], ["layers per step", lcsb.layers_per_step],
+                  ["memory cap (MiB)", m.memory_cap_mib], ["schedule", lcsb.schedule],
+                  ["layers per step", lcsb.layers_per_step],
                   ["exact gradient", String(lcsb.exact_gradient)], ["learning rate", est.hyperparameters.learning_rate],
                   ["epochs", est.hyperparameters.n_epochs], ["batch size", est.hyperparameters.batch_size]];
     const table = $("estimate-table");

@@ -299,6 +299,7 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     ui.find("#f-steps").send_keys("6")
     ui.wait(lambda d: ui.text("#estimate-text").startswith("Estimated peak"))
     assert ui.pairs("#estimate-table tr")["layers per step"] == "4"
+    assert ui.pairs("#estimate-table tr")["schedule"] == "topfull"  # "auto" as resolved for SmolLM2
     ui.screenshot("new-job")
     ui.find("#submit-job").click()
     ui.wait(lambda d: "/ui/jobs/ftjob-" in d.current_url)

@@ -317,7 +317,6 @@ class TrainConfig:
     loss_chunk_mib: int = 16
 
     def __post_init__(self) -> None:
-        by_default = self.lcsb.schedule == AUTO
         self.lcsb.resolve(self.model.name_or_path)  # "auto": the rule's schedule for this model (issue 30)
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
             self.optim.learning_rate = default_learning_rate(self.lcsb.schedule)
@@ -328,11 +327,8 @@ class TrainConfig:
         for name in ("eval_every", "save_every", "log_every"):
             _check(getattr(self, name) >= 0, name, "must be >= 0")
         _check(self.lcsb.schedule != "split" or self.batch_size * self.gradient_accumulation_steps >= 2,
-               "batch_size", "is 1 with schedule split" + (f" ({self.model.name_or_path}'s default)" if by_default
-                                                          else "") + ", which divides each step's examples by "
-               "depth and needs 2 or more per step: raise {batch_size} to 2 or more"
-               + (", or name another {lcsb.schedule} (topfull)" if by_default else ""),
-               ("batch_size",) + (("lcsb.schedule",) if by_default else ()))
+               "batch_size", "is 1 with schedule split, which divides each step's examples by depth and needs "
+               "2 or more per step: raise {batch_size} to 2 or more", ("batch_size",))
         _check(isinstance(self.loss_chunk_mib, int) and not isinstance(self.loss_chunk_mib, bool)
                and 0 <= self.loss_chunk_mib <= 1024, "loss_chunk_mib",
                f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")

@@ -56,7 +56,7 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
     lcsb = schemas["LCSBMethod"]["properties"]
     assert all(p.get("default") is None for p in lcsb.values())
-    assert ("(default auto: the default rule's schedule for the model, topfull for SmolLM2-135M-Instruct, split "
+    assert ("(default auto: the default rule's schedule for the model, topfull for SmolLM2-135M-Instruct, tail "
             "for gemma-3-270m, else topfull; the job object states the one resolved)"
             ) in lcsb["schedule"]["description"]
     assert lcsb["schedule"]["anyOf"][0]["enum"][0] == LCSBSettings.schedule == "auto"

@@ -92,22 +92,20 @@ def test_text_and_prompt_completion_jobs_on_gemma_are_accepted(client, alice, ge
 
 def test_a_gemma_job_naming_no_schedule_gets_the_models_default(client, alice, gemma_in_catalog):
     """`auto` (or no schedule) resolves per model, the same way as the core's TrainConfig, before the job is
-    stored: Gemma's jobs get `split`, SmolLM2's `topfull`, and an option of another schedule is refused
-    naming the schedule that `auto` chose."""
+    stored: Gemma's jobs get `tail`, SmolLM2's `topfull`, and an option of another schedule is refused
+    naming the schedule that `auto` chose and the one to name instead."""
     rows = [{"prompt": f"{i} + {i} =", "completion": f" {2 * i}"} for i in range(12)]
     f = upload_ok(client, alice, "".join(json.dumps(r) + "\n" for r in rows).encode())
     for lcsb in ({}, {"schedule": "auto"}):
         job = create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": lcsb}).json()
-        assert (job["method"]["lcsb"]["schedule"], job["method"]["lcsb"]["deep_fraction"],
-                job["method"]["lcsb"]["full_every"]) == ("split", 0.25, None)
+        assert (job["method"]["lcsb"]["schedule"], job["method"]["lcsb"]["layers_per_step"],
+                job["method"]["lcsb"]["full_every"]) == ("tail", 4, None)
         assert job["hyperparameters"]["learning_rate"] == 8e-4
     smol = create_job(client, alice, f["id"], model="SmolLM2-135M-Instruct", method={"lcsb": {"schedule": "auto"}})
     assert smol.json()["method"]["lcsb"]["schedule"] == "topfull"
     err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": {"full_every": 3}}),
                        400, param="method.lcsb.full_every")
-    assert "schedule 'split' (gemma-3-270m's default)" in err["message"]
+    assert "schedule 'tail' (gemma-3-270m's default)" in err["message"]
     assert err["message"].endswith("or name method.lcsb.schedule topfull")
-    err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", hyperparameters={"batch_size": 1}),
-                       400, param="hyperparameters.batch_size")
-    assert "gemma-3-270m's default" in err["message"] and "{" not in err["message"]
-    assert "raise hyperparameters.batch_size to 2 or more, or name another method.lcsb.schedule" in err["message"]
+    one = create_job(client, alice, f["id"], model="gemma-3-270m", hyperparameters={"batch_size": 1})
+    assert one.status_code == 200 and one.json()["method"]["lcsb"]["schedule"] == "tail"

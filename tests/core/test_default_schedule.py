@@ -24,11 +24,11 @@ def test_every_catalog_model_has_a_known_default_and_the_values_are_the_measured
     assert set(BY_MODEL) == set(CATALOG)
     assert set(BY_MODEL.values()) <= set(SCHEDULES)
     assert (BY_MODEL["SmolLM2-135M-Instruct"], BY_MODEL["gemma-3-270m"], DEFAULT_SCHEDULE) == (
-        "topfull", "split", "topfull")
+        "topfull", "tail", "topfull")
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("gemma-3-270m", "split"), ("google/gemma-3-270m", "split"), ("/root/.cache/lcsb/models/gemma-3-270m", "split"),
+    ("gemma-3-270m", "tail"), ("google/gemma-3-270m", "tail"), ("/root/.cache/lcsb/models/gemma-3-270m", "tail"),
     ("SmolLM2-135M-Instruct", "topfull"), ("HuggingFaceTB/SmolLM2-135M-Instruct", "topfull"),
     ("/data/models/my-own-llama", "topfull"), ("gemma-3-270m-copy", "topfull"),
 ])
@@ -40,19 +40,20 @@ def test_the_default_follows_the_model_by_catalog_name_hub_id_or_folder_name(nam
 
 def test_train_config_resolves_auto_before_the_learning_rate_and_states_it():
     cfg = config(model=GEMMA)
-    assert cfg.lcsb.schedule == "split"
-    assert cfg.optim.learning_rate == default_learning_rate("split")
+    assert cfg.lcsb.schedule == "tail"
+    assert cfg.optim.learning_rate == default_learning_rate("tail")
     assert config().lcsb.schedule == "topfull"  # SmolLM2, the config's default model
     again = TrainConfig.from_dict(cfg.to_dict())  # what the worker reads is the resolved name
-    assert again.to_dict()["lcsb"]["schedule"] == "split"
+    assert again.to_dict()["lcsb"]["schedule"] == "tail"
     assert config(model=GEMMA, lcsb=LCSBSettings(schedule="topfull")).lcsb.schedule == "topfull"
+    assert config(model=GEMMA, batch_size=1).lcsb.schedule == "tail"  # tail trains on a single example too
 
 
 def test_options_of_another_schedule_are_refused_against_the_resolved_one():
-    with pytest.raises(ConfigError) as err:  # Gemma's auto is split, which has no full-depth steps
+    with pytest.raises(ConfigError) as err:  # Gemma's auto is tail, which has no full-depth steps of its own
         config(model=GEMMA, lcsb=LCSBSettings(full_every=3))
     assert err.value.field == "lcsb.full_every"
-    assert "schedule 'split' (gemma-3-270m's default)" in str(err.value)
+    assert "schedule 'tail' (gemma-3-270m's default)" in str(err.value)
     assert str(err.value).endswith("remove it, or name lcsb.schedule topfull")
     with pytest.raises(ConfigError) as err:  # SmolLM2's auto is topfull, which does not split examples
         config(lcsb=LCSBSettings(deep_fraction=0.5))
@@ -63,7 +64,7 @@ def test_options_of_another_schedule_are_refused_against_the_resolved_one():
         config(lcsb=LCSBSettings(schedule="topfull", deep_fraction=0.5))
     assert str(err.value).endswith("; remove it") and "default" not in str(err.value)
     assert config(lcsb=LCSBSettings(full_every=3)).lcsb.full_every == 3
-    assert config(model=GEMMA, lcsb=LCSBSettings(deep_fraction=0.5)).lcsb.deep_fraction == 0.5
+    assert config(model=GEMMA, lcsb=LCSBSettings(schedule="split", deep_fraction=0.5)).lcsb.deep_fraction == 0.5
 
 
 def test_an_unknown_schedule_names_auto_among_the_choices():
@@ -73,14 +74,8 @@ def test_an_unknown_schedule_names_auto_among_the_choices():
     assert f"must be one of auto, {', '.join(SCHEDULES)}, got 'fastest'" in str(err.value)
 
 
-def test_split_by_default_with_one_example_per_step_is_refused_naming_batch_size():
+def test_split_with_one_example_per_step_is_refused_naming_batch_size():
     with pytest.raises(ConfigError) as err:
-        config(model=GEMMA, batch_size=1)
-    message = str(err.value)
-    assert err.value.field == "batch_size" and "schedule split (gemma-3-270m's default)" in message
-    assert "raise batch_size to 2 or more, or name another lcsb.schedule (topfull)" in message
-    assert "{" not in message
-    with pytest.raises(ConfigError) as err:  # named, not the default: no default clause
-        config(model=GEMMA, batch_size=1, lcsb=LCSBSettings(schedule="split"))
-    assert "default" not in str(err.value) and "lcsb.schedule" not in str(err.value)
-    assert config(model=GEMMA, batch_size=1, lcsb=LCSBSettings(schedule="topfull")).batch_size == 1
+        config(batch_size=1, lcsb=LCSBSettings(schedule="split"))
+    assert err.value.field == "batch_size"
+    assert str(err.value).endswith("needs 2 or more per step: raise batch_size to 2 or more")

@@ -1,5 +1,5 @@
 """Once with the real Gemma-3-270M: a text job in NF4 through a worker (CPU), 4 LCSB steps of the model's
-default schedule (`split`), and an adapter that names `google/gemma-3-270m` as its base; chat data for the
+default schedule (`tail`), and an adapter that names `google/gemma-3-270m` as its base; chat data for the
 same model is refused at creation.
 Skips only when the model's package is absent (scripts/setup.sh installs and imports it)."""
 
@@ -52,7 +52,7 @@ def test_gemma_text_job_on_a_worker(make_settings, start_worker, make_service, t
     started = [e["data"] for e in service.events(job["id"]) if e["message"].startswith("Training started")][0]
     assert started["num_layers"] == 18 and started["k"] == 4
     # no schedule named: Gemma's default by the rule (lcsb_core.default_schedule), stated before and at the start
-    assert job["method"]["lcsb"]["schedule"] == started["schedule"] == "split"
+    assert job["method"]["lcsb"]["schedule"] == started["schedule"] == "tail"
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz", headers=service.headers)
     tarfile.open(fileobj=io.BytesIO(r.content)).extractall(tmp_path, filter="data")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())

@@ -7,6 +7,7 @@ its eval loss at full backprop's wall-clock time, and the default the rule picks
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -15,6 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.curves import eval_at, eval_of, mean_sd, time_to_reach, value_at_time
+
+_CHUNK = re.compile(r"\+chunk\d+$")
 
 SPEED_RULE = 1.35
 """The product default must be at least this much faster per step than full backprop (issue: schedules)."""
@@ -27,10 +30,11 @@ def label_of(run: dict) -> str:
 
 def speed_vs_full(step_rows: list[dict], label: str) -> float | None:
     """full's step time / the schedule's, from `bench/step_time.py` rows (k/L = 0.25 unless the label
-    says `@fraction`; a row's options after "+", such as `+chunk16`, are not part of its name, so one
-    table should hold one set of options); None if the table lacks the row."""
+    says `@fraction`; a row's `+chunkN` option is not part of its name, so one table should hold one
+    chunk size; a row with other options, such as `+recompute`, is another configuration and never
+    matches); None if the table lacks the row."""
     name, _, frac = label.partition("@")
-    base = lambda r: r["schedule"].split("+")[0]  # noqa: E731  `full+chunk16` is `full` (options after "+")
+    base = lambda r: _CHUNK.sub("", r["schedule"])  # noqa: E731  `full+chunk16` is `full`
     full = next((r for r in step_rows if base(r) == "full"), None)
     k_of = lambda r: r["k"] / r["layers"]  # noqa: E731
     want = float(frac) if frac else 0.25

@@ -134,6 +134,8 @@ def test_step_rows_with_options_after_a_plus_read_as_their_schedule():
     assert [decide.speed_vs_full(chunked, s) for s in ("full", "top", "topfull/4", "freeze", "split")] == \
         [decide.speed_vs_full(STEP_ROWS, s) for s in ("full", "top", "topfull/4", "freeze", "split")] == \
         [1.0, 2.0, 1.5, 1.2, None]
+    recompute = [{**STEP_ROWS[3], "schedule": "topfull/4+chunk16+recompute", "step_s": 9.0}, *chunked]
+    assert decide.speed_vs_full(recompute, "topfull/4") == 1.5  # another configuration, not topfull/4
 
 
 def _seed_run(label, seed, evals, steps):

@@ -8,16 +8,36 @@ Torch-free (the service validates grader specs at job creation with `parse_grade
 Types (a spec is a dict with `type`, an optional `name`, default the type, unique per job; the score is
 reported as the metric `grader/<name>`, see `metric_key`):
     exact_match   the answer equals the reference, both stripped of surrounding whitespace
-    numeric       the answer's number equals the reference's (`extract_number`: the one after GSM8K's
-                  `####`, else the last number; commas, `$`, units and signs allowed), compared as
-                  numbers (1e-6 relative tolerance); no number in either -> 0
+    numeric       the answer's number equals the reference's (`extract_number`: the first after GSM8K's
+                  `####`, else the last number; read under the grammar below), compared as numbers (1e-6
+                  relative tolerance); no number in either -> 0
     regex         the answer matches `pattern` (Python `re.search`); compiled once, when the spec is parsed
     contains      the answer contains `value` (default: the reference); `case_sensitive` (default true)
-    json_valid    the stripped answer parses as JSON
+    json_valid    the stripped answer parses as strict JSON (NaN, Infinity and -Infinity, which Python's
+                  `json.loads` takes, are refused)
     string_check  OpenAI's grader spelling (platform.openai.com/docs/guides/graders, "String check"):
                   `operation` eq -> exact_match, like -> contains, ilike -> contains case-insensitive;
                   `ne` and anything else is refused. `input` must be "{{sample.output_text}}" when given;
                   `reference` is "{{item.reference}}" (the sample's reference, the default) or a literal.
+
+The numeric grader's number grammar. A number starts where no letter, digit, `_` or `.` comes right before
+it; then an optional sign (`-`, `+`, U+2212) and an optional `$`, then one of:
+    decimal       digits with an optional `.digits` part, or `.digits` ("1200", "3.5", ".5"). The integer
+                  part may be grouped by `,`, LaTeX's `{,}` or `\\,`: Western groups of 3 ("1,234,567",
+                  "$9{,}500" -> 9500) or Indian groups of 2 before a last group of 3 ("1,00,000" -> 100000,
+                  "12,34,567" -> 1234567). The value is the digits with the separators dropped.
+    fraction      a/b (`/` or U+2044) with a, b integers (grouped as above, no decimals): "3/4" -> 0.75;
+                  a vulgar fraction character (¼ ½ ¾ ⅐ ⅑ ⅒ ⅓ ⅔ ⅕ ⅖ ⅗ ⅘ ⅙ ⅚ ⅛ ⅜ ⅝ ⅞): "½" -> 0.5; LaTeX's
+                  `\\frac{a}{b}` (also `\\dfrac`, `\\tfrac`, `\\frac34`), a and b optionally signed integers:
+                  "\\frac{3}{4}" -> 0.75
+    mixed         an integer, then nothing or one space, then an unsigned fraction between 0 and 1:
+                  "1½", "1 ½", "1 1/2", "1\\frac{1}{2}" -> 1.5 ("-1 1/2" -> -1.5)
+Digits joined by `.`, `,`, `{,}`, `\\,` or `/` with no space form one token, read as a whole: one that is not
+a number above is "no number", never part of it or another number. So "1,0000", "1,00", "3,5" (a European
+decimal comma?), "1,2,3" (a list?), "1.2.3", "3/4/5" (a date?), "1/0" and a `\\frac` whose parts are not
+integers give None; such a token as the last number (or first after `####`) makes the answer's number
+None, not an earlier number's. Percent signs and units after a number are ignored ("50%" -> 50). Not
+understood: exponents ("1e5" reads 1) and space-grouped thousands ("1 000" reads 0).
 """
 
 from __future__ import annotations
@@ -25,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +60,22 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _OPERATIONS = {"eq": ("exact_match", True), "like": ("contains", True), "ilike": ("contains", False)}
 _KEYS = {"exact_match": (), "numeric": (), "regex": ("pattern",), "contains": ("value", "case_sensitive"),
          "json_valid": (), STRING_CHECK: ("operation", "input", "reference")}
-# A number: optional sign (and `$` after it), digits with optional thousands commas, optional decimals.
-_NUMBER = re.compile(r"(?<![\w.])([-+\u2212]?)\$?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+# The number grammar (see the module docstring). A token is an optional sign and `$` before a body: a
+# `\frac`, a vulgar fraction, or a dense run of digits joined by `.`, `,`, `{,}`, `\,`, `/` or U+2044
+# (each joiner followed by a digit), which `_body_value` then reads or refuses as a whole.
+_VULGAR = "\u00bc\u00bd\u00be\u2150\u2151\u2152\u2153\u2154\u2155\u2156\u2157\u2158\u2159\u215a\u215b\u215c\u215d\u215e"
+_BRACED = r"\{(?:[^{}]|\{[^{}]*\})*\}"  # a brace group, one level of nested braces allowed ("{1{,}000}")
+_FRAC = r"\\[dt]?frac(?![A-Za-z])(?:\s*" + _BRACED + r"\s*" + _BRACED + r"|\d\d)?"
+_RUN = r"(?:\d|\.\d)(?:\d|[.,/\u2044]\d|\{,\}\d|\\,\d)*"
+_NUMBER = re.compile(
+    r"(?<![\w.])(?P<sign>[-+\u2212]?)(?P<dollar>\$?)(?P<body>" + _FRAC + "|[" + _VULGAR + "]|" + _RUN + ")"
+    # a \frac or vulgar fraction right after a digit ("2\frac{1}{2}", "1½"): the fraction of a mixed number
+    r"|(?P<tail>" + _FRAC + r"|(?<=\d)[" + _VULGAR + "])")
+_FRAC_PARTS = re.compile(r"\\[dt]?frac\s*(?:\{(?P<num>(?:[^{}]|\{[^{}]*\})*)\}\s*\{(?P<den>(?:[^{}]|\{[^{}]*\})*)\}"
+                         r"|(?P<a>\d)(?P<b>\d))")
+_SIGNED_INT = re.compile(r"\s*(?P<sign>[-+\u2212]?)(?P<int>[\d,]+)\s*")
+_DECIMAL = re.compile(r"(?P<int>[\d,]*)(?:\.(?P<dec>\d+))?")
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+|\d{1,2}(?:,\d{2})+,\d{3}")  # 1,234,567 and Indian 12,34,567
 _GSM8K_FINAL = re.compile(r"####\s*(.*)")
 
 
@@ -49,23 +84,103 @@ def metric_key(name: str) -> str:
     return METRIC_PREFIX + name
 
 
+@dataclass(frozen=True)
+class _Token:
+    """One number token of a text: its span, `magnitude` (None: no number, see `_body_value`), whether it is
+    negative, whether it had a sign or `$` before it, and its form: "int", "decimal" or "fraction"."""
+
+    start: int
+    end: int
+    magnitude: float | None
+    negative: bool
+    prefixed: bool
+    form: str
+
+    @property
+    def value(self) -> float | None:
+        return None if self.magnitude is None else (-self.magnitude if self.negative else self.magnitude)
+
+
 def extract_number(text: str) -> float | None:
     """The answer's number: the first number after the last `####` (GSM8K's final-answer mark) when
-    there is one, else the last number in `text`. Thousands commas and a `$` are dropped; `-`, `+` and
-    U+2212 are signs; a trailing unit or period is ignored ("1,200 apples." -> 1200.0). None when there is
-    no number."""
+    there is one, else the last number in `text`, read under the module docstring's grammar ("1,200
+    apples." -> 1200.0, "$9{,}500" -> 9500.0, "1,00,000" -> 100000.0, "1½" and "1 1/2" -> 1.5,
+    "\\frac{3}{4}" -> 0.75). None when there is no number, or when that number is not well formed
+    ("1,0000", "1/0", "3/4/5"): such a token is not skipped for an earlier one."""
     marks = _GSM8K_FINAL.findall(text)
     if marks:
-        found = _NUMBER.findall(marks[-1])
+        found = _tokens(marks[-1])
         if found:
-            return _to_float(*found[0])
-    found = _NUMBER.findall(text)
-    return _to_float(*found[-1]) if found else None
+            return found[0].value
+    found = _tokens(text)
+    return found[-1].value if found else None
 
 
-def _to_float(sign: str, digits: str) -> float:
-    value = float(digits.replace(",", ""))
-    return -value if sign in ("-", "\u2212") else value
+def _tokens(text: str) -> list[_Token]:
+    """The number tokens of `text` in order, a whole number and the proper fraction right after it (nothing
+    or one space between, no sign or `$` on the fraction) merged into one mixed number."""
+    out: list[_Token] = []
+    for m in _NUMBER.finditer(text):
+        body = m.group("body") or m.group("tail")
+        magnitude, sign, form = _body_value(body)
+        negative = (m.group("sign") in ("-", "\u2212")) != (sign in ("-", "\u2212"))
+        token = _Token(m.start(), m.end(), magnitude, negative, bool(m.group("sign") or m.group("dollar")), form)
+        prev = out[-1] if out else None
+        if (prev is not None and prev.form == "int" and prev.magnitude is not None and form == "fraction"
+                and magnitude is not None and 0 < magnitude < 1 and not token.prefixed and not sign
+                and text[prev.end:token.start] in ("", " ")):
+            out[-1] = _Token(prev.start, token.end, prev.magnitude + magnitude, prev.negative, prev.prefixed,
+                             "decimal")
+            continue
+        out.append(token)
+    return out
+
+
+def _body_value(body: str) -> tuple[float | None, str, str]:
+    """A token's body -> (magnitude or None when not well formed, the sign inside a `\\frac`, form)."""
+    if body.startswith("\\"):
+        parts = _FRAC_PARTS.fullmatch(body)
+        if parts is None:
+            return None, "", "fraction"
+        if parts.group("a") is not None:
+            return _ratio(int(parts.group("a")), int(parts.group("b"))), "", "fraction"
+        num, den = (_SIGNED_INT.fullmatch(_commas(parts.group(k))) for k in ("num", "den"))
+        if num is None or den is None:
+            return None, "", "fraction"
+        a, b = _grouped_int(num.group("int")), _grouped_int(den.group("int"))
+        negative = (num.group("sign") in ("-", "\u2212")) != (den.group("sign") in ("-", "\u2212"))
+        return (None if a is None or b is None else _ratio(a, b)), ("-" if negative else ""), "fraction"
+    if len(body) == 1 and body in _VULGAR:
+        return unicodedata.numeric(body), "", "fraction"
+    run = _commas(body).replace("\u2044", "/")
+    if "/" in run:
+        halves = run.split("/")
+        a, b = (_grouped_int(halves[0]), _grouped_int(halves[1])) if len(halves) == 2 else (None, None)
+        return (None if a is None or b is None else _ratio(a, b)), "", "fraction"
+    parts = _DECIMAL.fullmatch(run)
+    if parts is None:
+        return None, "", "decimal"
+    whole, dec = parts.group("int"), parts.group("dec")
+    if whole and _grouped_int(whole) is None:
+        return None, "", "decimal"
+    digits = whole.replace(",", "")
+    return float((digits or "0") + ("." + dec if dec else "")), "", ("decimal" if dec else "int")
+
+
+def _commas(text: str) -> str:
+    """LaTeX's thousands separators `{,}` and `\\,` as plain commas."""
+    return text.replace("{,}", ",").replace("\\,", ",")
+
+
+def _grouped_int(digits: str) -> int | None:
+    """Digits, plain or in valid Western (1,234,567) or Indian (12,34,567) groups -> int; else None."""
+    if re.fullmatch(r"\d+", digits) or _GROUPED.fullmatch(digits):
+        return int(digits.replace(",", ""))
+    return None
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
 
 
 @dataclass(frozen=True)
@@ -102,11 +217,16 @@ class Grader:
 
 
 def _is_json(text: str) -> bool:
+    """Strict JSON (RFC 8259): Python's `json.loads` also takes NaN, Infinity and -Infinity, refused here."""
     try:
-        json.loads(text.strip())
+        json.loads(text.strip(), parse_constant=_not_json)
     except ValueError:
         return False
     return bool(text.strip())
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def parse_grader(raw: Any, field: str) -> Grader:

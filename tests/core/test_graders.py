@@ -65,6 +65,46 @@ def test_extract_number_on_adversarial_text(answer, number):
     assert extract_number(answer) == number
 
 
+# Issue 48 item 4: each of these once read as another number ("$9{,}500" as 500, "1,00,000" as 0, "1½" as 1,
+# "½" as none, "3/4" as 4, "1,0000" as 1000); now its true value, or None where it is not well formed.
+@pytest.mark.parametrize(("answer", "number"), [
+    ("$9{,}500", 9500.0), ("The total is $9{,}500.", 9500.0), (r"\$9{,}500", 9500.0), (r"9\,500", 9500.0),
+    ("1,00,000", 100000.0), ("12,34,567 rupees", 1234567.0), ("10,00,000", 1000000.0), ("#### 1,00,000", 100000.0),
+    ("1½", 1.5), ("½", 0.5), ("-1½ cups", -1.5), ("1 ½.", 1.5), ("¾ of it", 0.75),
+    ("3/4", 0.75), ("3\u20444", 0.75), ("-3/4", -0.75), ("1 1/2", 1.5), ("#### 2 3/4 miles", 2.75), ("-1 1/2", -1.5),
+    (r"\frac{3}{4}", 0.75), (r"\boxed{\frac{3}{4}}", 0.75), (r"$-\dfrac{1}{4}$", -0.25), (r"2\frac{1}{2}", 2.5),
+    (r"\frac{1{,}000}{4}", 250.0), (r"\frac34", 0.75),
+])
+def test_extract_number_reads_latex_indian_grouping_and_fractions(answer, number):
+    assert extract_number(answer) == pytest.approx(number)
+
+
+@pytest.mark.parametrize("answer", [
+    "1,0000", "1,00", "1,000,00", "3,5", "1,2,3", "1.2.3", "3/4/5", "1/0", r"\frac{x}{2}", r"\frac{3}{0}",
+    "first 7, then 1,0000", "#### 1,0000", "#### 1/0 and later 9",
+])
+def test_extract_number_refuses_malformed_numbers_rather_than_reading_another(answer):
+    # a malformed last token (or first after ####) is no number, never its parts or an earlier number
+    assert extract_number(answer) is None
+
+
+def test_numeric_grader_on_the_fixed_forms():
+    (numeric,) = parse_graders([{"type": "numeric"}])
+    assert numeric.grade("$9{,}500", "#### 9500") == 1.0 and numeric.grade("$9{,}500", "#### 500") == 0.0
+    assert numeric.grade("1,00,000", "100000") == 1.0 and numeric.grade("1,00,000", "0") == 0.0
+    assert numeric.grade("1½", "1.5") == 1.0 and numeric.grade("3/4", "0.75") == 1.0
+    assert numeric.grade("1,0000", "10000") == 0.0 and numeric.grade("1,0000", "1000") == 0.0
+
+
+@pytest.mark.parametrize(("answer", "ok"), [
+    ("NaN", 0.0), ("Infinity", 0.0), ("-Infinity", 0.0), ("[1, NaN]", 0.0), ('{"a": Infinity}', 0.0),
+    ('{"a": -Infinity}', 0.0), ('"NaN"', 1.0), ('{"a": 1.5e300}', 1.0), ("[]", 1.0), ("", 0.0), ("nan", 0.0),
+])
+def test_json_valid_is_strict_json(answer, ok):
+    (json_valid,) = parse_graders([{"type": "json_valid"}])
+    assert json_valid.grade(answer, "") == ok
+
+
 def test_each_grader_on_real_and_adversarial_answers(gsm8k_train):
     ref = gsm8k_train[0]["answer"]  # "... 72 clips altogether in April and May.\n#### 72"
     graders = parse_graders([

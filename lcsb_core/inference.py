@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from lcsb_core.chat_tokens import encode_chat
 from lcsb_core.lru import LruBound
 
 CHAT_END_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>")
@@ -241,16 +242,16 @@ class Prompting:
         return getattr(self.tokenizer, "chat_template", None) or None
 
     def chat_prompt(self, messages: list[dict[str, str]], template: str | None) -> list[int]:
-        """Token ids of `messages` rendered with `template` plus the assistant's generation prompt.
+        """Token ids of `messages` rendered with `template` plus the assistant's generation prompt
+        (`chat_tokens.encode_chat`: message contents are plain text, so `<|im_end|>` typed by a user never
+        becomes a control token; training and graded evaluation tokenize the same way).
 
         Raises:
             ValueError: no chat template.
         """
         if not template:
             raise ValueError("this model has no chat template; use /v1/completions")
-        text = self.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                                  add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_chat(self.tokenizer, messages, template, add_generation_prompt=True)
 
     def text_prompt(self, prompt: str) -> list[int]:
         """Token ids of a completions prompt (with the tokenizer's BOS where it adds one)."""

@@ -8,6 +8,9 @@ assistant spans are found by rendering the conversation incrementally: for assis
 end-of-turn) that are tokenized separately, so no token straddles a boundary and the supervised tokens
 decode exactly to each assistant content plus its end-of-turn marker. (Tokenizing the prompt part alone
 is also how generation sees it: the prompt ends with the generation header and the model continues.)
+Rendering and tokenizing go through `lcsb_core.chat_tokens`, as serving and graded evaluation do: message
+contents are plain text, so a `<|im_end|>` typed inside one is tokenized as text, never as the control
+token (the segments of such an example are ready ids).
 
 Labels: assistant turns with weight 1 (content + end-of-turn) are targets, everything else is -100,
 unless `train_on_inputs` (then every token except weight-0 assistant turns is a target). Prompt/
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lcsb_core.chat_tokens import render_chat, special_strings, token_pieces
 from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION, Example, RecordError
 
 IGNORE_INDEX = -100
@@ -76,11 +80,7 @@ class ExampleEncoder:
         self.tokenizer = tokenizer
         self.train_on_inputs = train_on_inputs
         self.eos_id: int | None = tokenizer.eos_token_id
-        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
-        for tok in getattr(tokenizer, "added_tokens_decoder", {}).values():
-            if getattr(tok, "special", False):
-                specials.add(str(tok.content))
-        self.special_strings = sorted((s for s in specials if s), key=len, reverse=True)
+        self.special_strings = special_strings(tokenizer)
         self.bos_ids = self._bos_ids()
         self.turns_without_eot = 0
         self._good_chars: set[str] = set()
@@ -104,8 +104,8 @@ class ExampleEncoder:
         return None
 
     def contains_special(self, example: Example) -> bool:
-        """True when any text of the example contains a special token string (e.g. `<|im_end|>`),
-        which the tokenizer would read as a control token."""
+        """True when any text of the example contains a special token string (e.g. `<|im_end|>`): a
+        prompt/completion or text example's tokenizes as that control token, a chat message's as text."""
         return any(s in text for text in example.strings() for s in self.special_strings)
 
     def _probe_chars(self, chars: set[str]) -> None:
@@ -154,9 +154,9 @@ class ExampleEncoder:
     def _chat_segments(self, example: Example) -> list[Segment]:
         msgs = [{"role": m.role, "content": m.content} for m in example.messages]
         try:
-            full = self._render(msgs, False)
-            segments: list[Segment] = []
-            cursor = 0
+            chat = render_chat(self.tokenizer, msgs)
+            full = chat.text
+            spans: list[tuple[int, bool]] = []  # (end offset in `full`, is target) of each segment
             for k, m in enumerate(example.messages):
                 if m.role != "assistant":
                     continue
@@ -175,11 +175,14 @@ class ExampleEncoder:
                                       "the chat template changes this content; cannot locate it")
                 end = self._end_of_turn(delta, idx + len(m.content))
                 start_abs, end_abs = len(pre) + idx, len(pre) + end
-                segments.append((full[cursor:start_abs], self.train_on_inputs))
-                segments.append((full[start_abs:end_abs], m.weight == 1))
-                cursor = end_abs
-            segments.append((full[cursor:], self.train_on_inputs))
-            return segments
+                spans.append((start_abs, self.train_on_inputs))
+                spans.append((end_abs, m.weight == 1))
+            spans.append((len(full), self.train_on_inputs))
+            if chat.plain:  # text pieces, tokenized in one batch by `encode_segments` (the same ids)
+                bounds = [0, *(end for end, _ in spans)]
+                return [(full[a:b], t) for a, b, (_, t) in zip(bounds, bounds[1:], spans, strict=False)]
+            pieces = token_pieces(self.tokenizer, chat, [end for end, _ in spans[:-1]])
+            return [(ids, t) for ids, (_, t) in zip(pieces, spans, strict=True)]
         except RecordError:
             raise
         except Exception as exc:  # noqa: BLE001 - jinja raise_exception() and friends: the template refuses it

@@ -189,7 +189,8 @@ def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | 
             report.warnings.append(
                 f"{scan.special_count} examples contain the text of a special token such as "
                 f"{scan.encoder.special_strings[0]!r} (lines {', '.join(map(str, scan.special_lines))}); "
-                "the tokenizer reads it as a control token, not as text")
+                + ("it is read as text: a chat message's content never becomes a control token"
+                   if report.format == CHAT else "the tokenizer reads it as a control token, not as text"))
         if scan.lossy_count:
             shown = ", ".join(repr(c) for c in sorted(scan.lossy_chars)[:5])
             report.warnings.append(

@@ -2,7 +2,12 @@
 Torch-free (a tokenizer renders chat prompts; any object with `apply_chat_template` will do).
 
     samples = read_samples("valid.jsonl", n=64)
-    prompts = [s.render(tokenizer) for s in samples]     # chat: template + generation prompt
+    prompts = [s.render(tokenizer) for s in samples]     # chat: template + generation prompt (text, to show)
+    ids = [s.prompt_ids(tokenizer) for s in samples]     # what the model reads
+
+A chat prompt's ids come from `lcsb_core.chat_tokens.encode_chat`, as serving and training make them: the
+messages' contents are plain text (a `<|im_end|>` inside one is not a control token). Tokenizing `render`'s
+text would read it as one; use `prompt_ids` to feed a model.
 
 A chat line's prompt is its conversation up to (not including) the last assistant turn, rendered with
 the tokenizer's chat template and `add_generation_prompt=True`; its reference is that last assistant
@@ -15,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lcsb_core.chat_tokens import encode_chat
 from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION, Example, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
@@ -39,6 +45,21 @@ class EvalSample:
         if not isinstance(text, str):
             raise DataError(f"line {self.line}: the chat template did not render to text")
         return text
+
+    def prompt_ids(self, tokenizer: Any) -> list[int]:
+        """The token ids the model continues: a chat prompt's from `chat_tokens.encode_chat` (the tokenizer's
+        template and the generation prompt; contents as plain text), a prompt's with the tokenizer's BOS
+        where it adds one (as training reads it).
+
+        Raises:
+            DataError: the chat template did not render to text.
+        """
+        if not self.messages:
+            return list(tokenizer(self.prompt)["input_ids"])
+        try:
+            return encode_chat(tokenizer, list(self.messages), add_generation_prompt=True)
+        except ValueError as exc:
+            raise DataError(f"line {self.line}: {exc}") from None
 
 
 def sample_of(example: Example, line: int) -> EvalSample:

@@ -106,7 +106,7 @@ def main() -> None:
     trainer.train()
     step_s = statistics.median(steps.seconds[args.skip_steps:])
     samples = read_samples(tmp / "test.jsonl", args.samples)
-    prompts = [s.render(trainer.tokenizer) for s in samples]
+    prompts = [s.prompt_ids(trainer.tokenizer) for s in samples]
     timings: dict[str, list[float]] = {"after": [], "before": []}
     answers: dict[str, list[str]] = {}
     for _ in range(args.rounds):
@@ -114,7 +114,7 @@ def main() -> None:
             with per_forward_dequantization() if mode == "before" else contextlib.nullcontext():
                 t0 = time.perf_counter()
                 answers[mode] = generate_answers(trainer.model, trainer.tokenizer, prompts,
-                                                 max_new_tokens=args.new_tokens, max_prompt_tokens=384)
+                                                 max_new_tokens=args.new_tokens, max_prompt_tokens=384)[0]
                 timings[mode].append(time.perf_counter() - t0)
             print(f"{mode}: {timings[mode][-1]:.1f} s", flush=True)
     training_s = step_s * JOB_STEPS

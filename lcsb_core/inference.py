@@ -43,14 +43,18 @@ MIB = 2**20
 @dataclass(frozen=True)
 class SamplingParams:
     """`max_new_tokens` >= 1; `temperature` 0 = greedy, else sampling with `top_p` (nucleus) and no
-    top-k; `seed` seeds torch's generator before sampling (None: left as it is); `stop`: strings that
-    end the answer."""
+    top-k; `seed` seeds the sampler (None: a random one); `stop`: strings that end the answer;
+    `frequency_penalty` and `presence_penalty` (OpenAI's, -2 to 2; 0 = off): before choosing a token,
+    logit[t] -= frequency_penalty x count(t) + presence_penalty x [count(t) > 0], counting the tokens
+    made so far (not the prompt's). The llama.cpp engine applies them (`lcsb_core.llama_batch`)."""
 
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
 
 def adapter_hash(adapter_dir: Path) -> str:

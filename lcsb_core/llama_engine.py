@@ -8,17 +8,22 @@ fallback, for CUDA or a base without a GGUF). Same interface as `InferenceEngine
     for text in run: print(text, end="")
     run.finish_reason, run.completion_tokens, run.tokens
 
-The base GGUF loads once (one `llama_context` of `n_ctx` tokens). A PEFT adapter is converted on its
+The base GGUF loads once; one `llama_batch.BatchDecoder` context holds `slots` sequences of `n_ctx`
+tokens each (one for a serving worker; graded evaluation decodes all of an evaluation's prompts in
+one engine of many slots: `generate_batch`). Serving and grading run the same decoder, template, end
+tokens and samplers, so a greedy served answer equals the graded one token for token. A PEFT adapter is converted on its
 first use with the export's converter (`lcsb_core.export.convert.write_adapter_gguf`) into
 `<lora_dir>/<adapter SHA-256>.gguf` (kept across restarts), loaded with `llama_adapter_lora_init`, and
 kept in an LRU bounded in count and MiB of GGUF (`GGUFAdapterCache`; evicted adapters are freed with
 `llama_adapter_lora_free`). Each request sets its adapter on the context (`llama_set_adapters_lora`;
-none for the base alone); the KV cache is reused for a prompt prefix only while the adapter stays the same.
+none for the base alone); every request prefills its whole prompt (no prompt cache is kept between
+requests: a cached prefix finished by a one-token decode would differ in the last bits of its logits).
 
 Prompts come from the base folder's transformers tokenizer and the job's chat template (`Prompting`,
 one source with the fallback); its token ids are the GGUF's (both catalog GGUFs are where the folders
-were imported from). Sampling follows OpenAI: temperature 0 greedy, else temperature and `top_p`
-only (llama-cpp-python's default top-k 40 and min-p 0.05 are switched off); `seed` seeds the sampler.
+were imported from). Sampling follows OpenAI: temperature 0 greedy, else `top_p` and temperature, no top-k or
+min-p; `seed` seeds the draw; `frequency_penalty` / `presence_penalty` as OpenAI defines them
+(`llama_batch.sampler_chain`).
 Every end token stops (`end_tokens`), stop strings are cut as in the fallback (`cut_stops`), and
 `should_stop` is asked before every new token.
 """
@@ -27,7 +32,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +39,7 @@ from typing import Any
 
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, cut_stops, end_tokens, finish_reason
+from lcsb_core.llama_batch import BatchDecoder, SeqJob
 from lcsb_core.lru import LruBound
 
 MAX_CONTEXT = 8192   # tokens of KV cache per engine (Gemma-3-270M's 32,768 would hold ~0.6 GB for nothing)
@@ -108,20 +113,11 @@ class LlamaGeneration:
 
     def _texts(self) -> Iterator[str]:
         """Text pieces as tokens are made (a partial UTF-8 character waits for the rest of it)."""
-        engine, p = self.engine, self.params
-        llm = engine.llm
-        llm.set_seed(p.seed if p.seed is not None else secrets.randbits(31))
-        # A prompt whose prefix is cached would be finished by a one-token decode, whose logits differ in
-        # the last bits from a batched prefill's; a sampled token can flip on that, so a fixed seed would
-        # not reproduce across requests. Every request prefills its whole prompt (100 tokens: ~0.1 s).
-        llm.reset()
-        temp = p.temperature if p.temperature > 0 else 0.0
-        made = llm.generate(self.prompt_ids, temp=temp, top_p=p.top_p, top_k=0, min_p=0.0, typical_p=1.0,
-                            repeat_penalty=1.0)
+        engine = self.engine
         printed = 0
+        run = engine.decoder.run([SeqJob(self.prompt_ids, self.params, self.should_stop)], engine.end_token_ids)
         try:
-            while len(self.tokens) < p.max_new_tokens and not self.should_stop():
-                token = int(next(made))
+            for _, token in run:
                 self.tokens.append(token)
                 if token in engine.end_token_ids:
                     return
@@ -130,7 +126,7 @@ class LlamaGeneration:
                     yield text[printed:]
                     printed = len(text)
         finally:
-            made.close()
+            run.close()
 
     def __iter__(self) -> Iterator[str]:
         hit: list[bool] = []
@@ -144,15 +140,18 @@ class LlamaGeneration:
 
 class LlamaEngine(Prompting):
     """One base GGUF (`gguf_path`, loaded once, `threads` CPU threads) with the tokenizer and generation
-    config of the imported model folder `base_path`, and its LoRA adapter cache (GGUF files in `lora_dir`).
+    config of the imported model folder `base_path`, its LoRA adapter cache (GGUF files in `lora_dir`),
+    and one decoder of `slots` sequences of `n_ctx` tokens each (default: the model's context, at most
+    `MAX_CONTEXT`). KV cache: slots x n_ctx cells (SmolLM2: 22.5 KiB per cell in f16).
 
     Raises:
         ModelLoadError: llama.cpp cannot load `gguf_path`.
     """
 
     def __init__(self, base_path: Path, gguf_path: Path, *, lora_dir: Path, threads: int = 2,
-                 max_adapters: int = 8, max_adapter_mib: float = 512.0, n_ctx: int | None = None) -> None:
-        from llama_cpp import Llama
+                 max_adapters: int = 8, max_adapter_mib: float = 512.0, n_ctx: int | None = None,
+                 slots: int = 1) -> None:
+        import llama_cpp
         from transformers import AutoConfig, GenerationConfig
 
         from lcsb_core.models.loading import load_tokenizer
@@ -167,13 +166,20 @@ class LlamaEngine(Prompting):
         self.end_token_ids = end_tokens(self.tokenizer, eos)
         context = int(getattr(config, "max_position_embeddings", 2048))
         self.n_ctx = min(n_ctx or MAX_CONTEXT, context)
-        try:
-            self.llm = Llama(model_path=str(gguf_path), n_ctx=self.n_ctx, n_threads=threads, n_threads_batch=threads,
-                             verbose=False)
-        except ValueError as exc:   # llama-cpp-python's "Failed to load model from file"
-            raise ModelLoadError(f"llama.cpp cannot load {gguf_path.name}: {exc}") from exc
+        from llama_cpp._logger import set_verbose
+
+        set_verbose(False)   # llama.cpp's log: errors only (what `Llama(verbose=False)` sets)
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        # No repacked weights: llama.cpp's repacked kernels (Q4_K on AVX2: Gemma's GGUF) compute a token
+        # by another kernel when it is one of 4 rows than alone, so an answer would depend on its batch.
+        params.use_extra_bufts = False
+        self.model = llama_cpp.llama_model_load_from_file(str(gguf_path).encode(), params)
+        if not self.model:
+            raise ModelLoadError(f"llama.cpp cannot load {gguf_path.name}")
+        self.decoder = BatchDecoder(self.model, slots=slots, seq_tokens=self.n_ctx, threads=threads)
         self._base_gguf: Any = None
-        self.adapters = GGUFAdapterCache(self.llm.model, lora_dir, self._convert, max_count=max_adapters,
+        self.adapters = GGUFAdapterCache(self.model, lora_dir, self._convert, max_count=max_adapters,
                                          max_mib=max_adapter_mib)
         self.lock = threading.RLock()
         self._active: str | None = None   # SHA-256 of the adapter set on the context; None: the base alone
@@ -197,7 +203,7 @@ class LlamaEngine(Prompting):
         write_adapter_gguf(adapter, self._base_gguf, plan_tensors(adapter, self._base_gguf), out)
 
     def use(self, adapter: tuple[str, Any] | None) -> None:
-        """Set `adapter` ((SHA-256, pointer); None: none) on the context; a change drops the KV cache.
+        """Set `adapter` ((SHA-256, pointer); None: none) on the context.
 
         Raises:
             RuntimeError: llama.cpp refused the adapter.
@@ -207,15 +213,15 @@ class LlamaEngine(Prompting):
         key = adapter[0] if adapter is not None else None
         if key == self._active:
             return
+        ctx = self.decoder.ctx
         if adapter is None:
-            rc = llama_cpp.llama_set_adapters_lora(self.llm.ctx, None, 0, None)
+            rc = llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)
         else:
             one = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(adapter[1])
-            rc = llama_cpp.llama_set_adapters_lora(self.llm.ctx, one, 1, (ctypes.c_float * 1)(1.0))
+            rc = llama_cpp.llama_set_adapters_lora(ctx, one, 1, (ctypes.c_float * 1)(1.0))
         if rc != 0:
             raise RuntimeError(f"llama_set_adapters_lora failed ({rc})")
         self._active = key
-        self.llm.reset()   # the cached keys and values were computed with the other adapter
 
     def _detach(self, sha: str) -> None:
         if self._active == sha:
@@ -233,3 +239,45 @@ class LlamaEngine(Prompting):
         with self.lock:
             adapter = self.adapters.get(adapter_dir, self._detach) if adapter_dir is not None else None
         return LlamaGeneration(self, adapter, prompt_ids, params, should_stop)
+
+    def generate_batch(self, prompts: list[list[int]], adapter_dir: Path | None, params: SamplingParams,
+                       on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:
+        """Every prompt's answer (token ids, an end token included when one ended it) with the adapter
+        at `adapter_dir` (None: the base), decoded together in this engine's slots (continuous
+        batching); the same decoder and samplers as `stream`, so a greedy answer equals the one
+        `stream` gives for that prompt. `on_token(done, total)`: after each token, of
+        len(prompts) x max_new_tokens at most.
+
+        Raises:
+            ValueError: a prompt plus `params.max_new_tokens` exceeds the engine's `n_ctx`.
+            lcsb_core.errors.ExportError, ModelLoadError: as `stream`.
+        """
+        out: list[list[int]] = [[] for _ in prompts]
+        total, done = len(prompts) * params.max_new_tokens, 0
+        with self.lock:
+            adapter = self.adapters.get(adapter_dir, self._detach) if adapter_dir is not None else None
+            self.use(adapter)
+            for job, token in self.decoder.run([SeqJob(p, params) for p in prompts], self.end_token_ids):
+                out[job].append(token)
+                done += 1
+                if on_token is not None:
+                    on_token(done, total)
+        return out
+
+    def answer_text(self, tokens: list[int]) -> str:
+        """The answer's text as served: decoded without special tokens (an end token drops out)."""
+        return str(self.tokenizer.decode(tokens, skip_special_tokens=True))
+
+    def close(self) -> None:
+        """Free the decoder's context, the adapters and the model (the engine is unusable after)."""
+        import llama_cpp
+
+        with self.lock:
+            self.decoder.close()
+            for handle in self.adapters.handles.values():
+                llama_cpp.llama_adapter_lora_free(handle)
+            self.adapters.handles.clear()
+            if self.model:
+                llama_cpp.llama_model_free(self.model)
+                self.model = None
+

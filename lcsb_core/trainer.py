@@ -115,8 +115,32 @@ class Trainer:
         source = graded.eval_file or self.config.data.validation_file
         if not source:
             return None
+        served = self._serving_engine(graded.max_new_tokens, graded.n_samples)
         return GradedEvaluator(graded, read_samples(source, graded.n_samples), self.tokenizer, self.files.root,
-                               max_prompt_tokens=self.config.data.max_seq_len)
+                               max_prompt_tokens=self.config.data.max_seq_len, served=served,
+                               save_adapter=lambda out: save_adapter(self.model, self.params, out,
+                                                                     chat_template=self.chat_template()))
+
+    def _serving_engine(self, max_new_tokens: int, n_samples: int):
+        """The serving engine graded evaluation answers on (`eval.served.ServedAnswers`): llama.cpp on the
+        catalog's base GGUF, as a CPU inference worker serves this model (`gguf_import.serving_gguf`);
+        None (transformers on the training model) on a GPU or for a model without a base GGUF."""
+        from lcsb_core.errors import ModelLoadError
+        from lcsb_core.eval.served import ServedAnswers, eval_slots
+        from lcsb_core.models.gguf_import import serving_gguf
+        from lcsb_core.models.loading import resolve_model_path
+
+        if self.device.type != "cpu":
+            return None
+        try:
+            gguf = serving_gguf(self.config.model.name_or_path)
+        except ModelLoadError:
+            return None
+        base_dir = resolve_model_path(self.config.model.name_or_path)
+        return ServedAnswers(base_dir, gguf, self.files.root / "eval_engine",
+                             slots=eval_slots(base_dir.name, n_samples),
+                             seq_tokens=self.config.data.max_seq_len + max_new_tokens,
+                             threads=torch.get_num_threads())
 
     def _total_steps(self) -> int:
         """The run's optimizer steps: `run_length.planned_steps`, the count the service checks jobs by."""

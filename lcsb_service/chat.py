@@ -29,7 +29,8 @@ class Message(BaseModel):
 class GenerationRequest(BaseModel):
     """One request: exactly one of `messages` (chat, rendered with the model's chat template) and
     `prompt` (completions, tokenized as is). `temperature` 0 is greedy decoding; `seed` fixes the
-    sampling (None: a fresh one); `stop` strings end the answer and are not part of it."""
+    sampling (None: a fresh one); `stop` strings end the answer and are not part of it; `frequency_penalty`
+    and `presence_penalty` as OpenAI defines them (`lcsb_core.inference.SamplingParams`)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")
@@ -44,6 +45,8 @@ class GenerationRequest(BaseModel):
     top_p: float = Field(default=1.0, gt=0, le=1)
     seed: int | None = None
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerationRequest:

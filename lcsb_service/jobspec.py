@@ -23,7 +23,8 @@ Mapping (API -> TrainConfig):
     method.on_truncation                                                -> data.on_truncation
     method.select_checkpoint.{mode, metric}                             -> select_checkpoint.*
     method.early_stopping.{metric, patience, min_delta}                 -> early_stopping.* (absent: off)
-    method.eval.{graders, n_samples, max_new_tokens, eval_file}         -> eval.* (graded evaluation; eval_file
+    method.eval.{graders, n_samples, max_new_tokens, eval_file,         -> eval.* (graded evaluation; eval_file
+                 frequency_penalty, presence_penalty}
                                               a file id here, a local path in the worker)
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
@@ -164,7 +165,8 @@ def _graded_eval(method: dict[str, Any]) -> dict[str, Any]:
     if not graded:
         return {}
     graders = [{k: v for k, v in g.items() if v is not None} for g in graded.get("graders") or []]
-    return {"eval": {**_given(graded, "n_samples", "max_new_tokens", "eval_file"), "graders": graders}}
+    return {"eval": {**_given(graded, "n_samples", "max_new_tokens", "eval_file", "frequency_penalty",
+                              "presence_penalty"), "graders": graders}}
 
 
 def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:
@@ -206,7 +208,9 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
         **({} if cfg.eval is None else {"eval": {"graders": [dict(g) for g in cfg.eval.graders],
                                                 "n_samples": cfg.eval.n_samples,
                                                 "max_new_tokens": cfg.eval.max_new_tokens,
-                                                "eval_file": cfg.eval.eval_file}}),
+                                                "eval_file": cfg.eval.eval_file,
+                                                "frequency_penalty": cfg.eval.frequency_penalty,
+                                                "presence_penalty": cfg.eval.presence_penalty}}),
     }
 
 

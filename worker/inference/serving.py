@@ -19,7 +19,6 @@ client went away) stops within a token and leaves nothing behind.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -88,18 +87,12 @@ def _base_gguf(s: Settings, base: ModelInfo) -> Path | None:
         ModelLoadError: `inference_engine` is "llama_cpp" and the GGUF or llama-cpp-python is missing.
     """
     from lcsb_core.errors import ModelLoadError
-    from lcsb_core.models.catalog import catalog_entry
-    from lcsb_core.models.gguf_import import shipped_gguf_path
+    from lcsb_core.models.gguf_import import serving_gguf
 
     if s.inference_engine == "transformers" or (s.inference_engine == "auto" and s.inference_device != "cpu"):
         return None
-    entry = catalog_entry(base.name)
     try:
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise ModelLoadError("llama-cpp-python is not installed (scripts/setup.sh builds it)")
-        if entry is None:
-            raise ModelLoadError(f"{base.name} is not a catalog model: it has no base GGUF")
-        return shipped_gguf_path(entry)
+        return serving_gguf(base.name)
     except ModelLoadError as exc:
         if s.inference_engine == "llama_cpp":
             raise
@@ -180,7 +173,9 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
                                       param))
         return
     run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature,
-                                                     top_p=req.top_p, seed=req.seed, stop=tuple(req.stop)),
+                                                     top_p=req.top_p, seed=req.seed, stop=tuple(req.stop),
+                                                     frequency_penalty=req.frequency_penalty,
+                                                     presence_penalty=req.presence_penalty),
                         should_stop=lambda: streams.cancelled(req.id))
     streams.append(req.id, {"t": "start", "prompt_tokens": len(ids)})
     for text in run:

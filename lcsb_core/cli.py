@@ -183,9 +183,16 @@ def estimate_memory(config: Path = typer.Argument(..., exists=True),
 @app.command("gsm8k-to-chat")
 def gsm8k_to_chat(src: Path = typer.Argument(..., exists=True), dst: Path = typer.Argument(...),
                   limit: int = typer.Option(0, help="first N rows only (0 = all)"),
-                  offset: int = typer.Option(0, help="skip the first N rows")) -> None:
+                  offset: int = typer.Option(0, help="skip the first N rows"),
+                  task: str = typer.Option("solution", help="solution: the assistant writes the worked solution; "
+                                           "final-answer: it reads the final number off a given solution")) -> None:
     """Convert GSM8K rows ({"question", "answer"}) to chat JSONL."""
-    from lcsb_core.data import gsm8k_to_chat as convert
+    from lcsb_core.data import gsm8k_final_answer, gsm8k_to_chat
+
+    tasks = {"solution": gsm8k_to_chat, "final-answer": gsm8k_final_answer}
+    if task not in tasks:
+        raise typer.BadParameter(f"one of {', '.join(tasks)}", param_hint="--task")
+    convert = tasks[task]
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     n = 0

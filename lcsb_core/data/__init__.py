@@ -22,7 +22,7 @@ from typing import Any
 
 _EXPORTS = {
     "collate": "batching", "count_target_tokens": "batching", "pack_rows": "batching",
-    "convert_jsonl": "convert", "gsm8k_to_chat": "convert",
+    "convert_jsonl": "convert", "gsm8k_to_chat": "convert", "gsm8k_final_answer": "convert",
     "TokenizedDataset": "dataset", "build_dataset": "dataset", "check_tokenizer": "dataset",
     "iter_batches": "dataset", "num_batches": "dataset", "sniff_format": "dataset",
     "CHAT": "formats", "FORMATS": "formats", "PROMPT_COMPLETION": "formats", "TEXT": "formats",

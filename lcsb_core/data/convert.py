@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,33 @@ def gsm8k_to_chat(row: dict) -> dict:
         "messages": [
             {"role": "user", "content": row["question"]},
             {"role": "assistant", "content": row["answer"]},
+        ]
+    }
+
+
+FINAL_ANSWER_INSTRUCTION = "What is the final answer? Reply with the number only."
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def gsm8k_final_answer(row: dict) -> dict:
+    """Turn a GSM8K row into an extraction example: the user turn holds the worked solution (GSM8K's
+    calculator annotations `<<48/2=24>>` and the `#### <number>` line removed; not the problem, which
+    would double the prompt) and asks for the final answer as a number only; the assistant turn is the number after `####`, as GSM8K
+    writes it. The skill is reading the result off a worked solution and answering in the asked format,
+    not solving the problem (the README's main job).
+
+    Raises:
+        DataError: the row lacks a string `question` or `answer`, or the answer has no `####` line.
+    """
+    gsm8k_to_chat(row)   # the row's checks
+    solution, mark, final = row["answer"].rpartition("####")
+    if not mark or not final.strip():
+        raise DataError("a GSM8K answer needs a final '#### <number>' line")
+    worked = _CALCULATOR.sub("", solution).strip()
+    return {
+        "messages": [
+            {"role": "user", "content": f"Worked solution:\n{worked}\n\n{FINAL_ANSWER_INSTRUCTION}"},
+            {"role": "assistant", "content": final.strip()},
         ]
     }
 

@@ -44,9 +44,9 @@ _CALCULATOR = re.compile(r"<<[^<>]*>>")
 def gsm8k_final_answer(row: dict) -> dict:
     """Turn a GSM8K row into an extraction example: the user turn holds the worked solution (GSM8K's
     calculator annotations `<<48/2=24>>` and the `#### <number>` line removed; not the problem, which
-    would double the prompt) and asks for the final answer as a number only; the assistant turn is the number after `####`, as GSM8K
-    writes it. The skill is reading the result off a worked solution and answering in the asked format,
-    not solving the problem (the README's main job).
+    would double the prompt) and asks for the final answer as a number only; the assistant turn is the
+    number after `####`, as GSM8K writes it. The skill is reading the result off a worked solution and
+    answering in the asked format, not solving the problem (the README's main job).
 
     Raises:
         DataError: the row lacks a string `question` or `answer`, or the answer has no `####` line.

@@ -54,7 +54,9 @@ def test_models_lists_yours_beside_the_bases_and_delete_removes_one(client, alic
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages.0.content", None),
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role", None),
-    ({"max_completion_tokens": 0}, "max_completion_tokens", None)])
+    ({"max_completion_tokens": 0}, "max_completion_tokens", None),
+    ({"frequency_penalty": 2.5}, "frequency_penalty", "invalid_value"),
+    ({"presence_penalty": -2.01}, "presence_penalty", "invalid_value")])
 def test_chat_refuses_what_it_cannot_honour(client, alice, extra, param, code):
     r = client.post("/v1/chat/completions", headers=alice.headers, json={"model": SMOL, "messages": ASK, **extra})
     assert_error(r, 400, code, param)

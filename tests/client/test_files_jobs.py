@@ -8,6 +8,7 @@ import re
 import secrets
 from pathlib import Path
 
+import pytest
 import yaml
 
 from lcsb_service import transitions
@@ -161,11 +162,13 @@ def test_api_errors_are_one_line_and_exit_2(lcsb, svc, app, tmp_path):
     assert "Traceback" not in r.output
 
 
-def test_the_example_job_spec_is_accepted(lcsb, tmp_path):
-    """examples/gsm8k_job.yaml (the README's main job) against the live API, on stand-in datasets at the
-    paths it names, as many training lines as the real one (400): its eval_every and save_every (50) must
-    fit the run's real step count (100), which creation now checks."""
-    example = Path(__file__).resolve().parents[2] / "examples" / "gsm8k_job.yaml"
+@pytest.mark.parametrize("name", ["final_answer_job.yaml", "gsm8k_job.yaml"])
+def test_the_example_job_spec_is_accepted(lcsb, tmp_path, name):
+    """examples/final_answer_job.yaml (the README's main job) and gsm8k_job.yaml against the live API, on
+    stand-in datasets at the paths they name, as many training lines as the real ones (400): their eval_every
+    and save_every (50) must fit the run's real step count (100), which creation now checks. A spec that
+    names no schedule gets SmolLM2's default (`auto`: topfull)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / name
     (tmp_path / "examples").mkdir()
     spec = tmp_path / "examples" / example.name
     spec.write_text(example.read_text())
@@ -175,5 +178,6 @@ def test_the_example_job_spec_is_accepted(lcsb, tmp_path):
     r = lcsb("jobs", "submit", spec, "--json")
     assert r.exit_code == 0, r.output
     job = json.loads(r.stdout)
-    assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == raw["method"]["lcsb"]["schedule"]
+    expected = raw["method"].get("lcsb", {}).get("schedule", "topfull")
+    assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == expected
     assert lcsb("jobs", "cancel", job["id"]).exit_code == 0

@@ -151,3 +151,63 @@ def test_the_adapter_cache_stays_bounded_and_evicted_adapters_answer_as_before(e
         assert greedy(again, a, QUESTIONS[1], 12) == first[a]
         assert len(again.adapters.lru) == 1   # the MiB bound holds one adapter of this size
     assert again.adapters.conversions == 0 and np.isclose(again.adapters.mib, one_mib)   # GGUFs reused from disk
+
+
+def test_batched_greedy_answers_equal_one_at_a_time(engine, job):
+    """The batch decoder (graded evaluation: 20 held-out GSM8K questions in 16 slots, so slots are reused)
+    makes, for each sequence, exactly the tokens a one-sequence call (serving) makes; base and adapter."""
+    batch = LlamaEngine(engine.base_path, engine.gguf_path, lora_dir=engine.adapters.lora_dir, threads=2,
+                        n_ctx=256, slots=16)
+    questions = [r["question"] for r in gsm8k("test", 100, 20)]
+    params = SamplingParams(max_new_tokens=32, temperature=0)
+    for adapter in (None, job):
+        prompts = [engine.chat_prompt([{"role": "user", "content": q}], engine.template_of(adapter)) for q in questions]
+        together = batch.generate_batch(prompts, adapter, params)
+        alone = [greedy(engine, adapter, q, 32) for q in questions]
+        assert together == alone
+        assert sum(len(t) for t in together) > 20 * 16   # real answers, not an end token each
+    assert batch.decoder.steps > 0
+
+
+def test_gemma_completions_graded_equal_served():
+    """Gemma-3-270M, completions prompts: the graded path (`ServedAnswers`, Gemma's slot count) answers each
+    prompt as the serving engine's one-sequence `stream` does, token for token."""
+    from lcsb_core.eval.samples import EvalSample
+    from lcsb_core.eval.served import ServedAnswers, eval_slots
+    from lcsb_core.models.gguf_import import ensure_model, serving_gguf
+
+    base = ensure_model("gemma-3-270m")
+    rows = gsm8k("test", 0, 6)
+    samples = [EvalSample(i + 1, "", prompt=f"Question: {r['question']}\nAnswer:") for i, r in enumerate(rows)]
+    served = ServedAnswers(base, serving_gguf("gemma-3-270m"), Path(__import__("tempfile").mkdtemp()),
+                           slots=eval_slots("gemma-3-270m", len(samples)), seq_tokens=256, threads=2)
+    texts, counts = served.answers(samples, None, max_new_tokens=24)
+    engine = served.engine
+    for s, text, count in zip(samples, texts, counts, strict=True):
+        run = engine.stream(engine.text_prompt(s.prompt), None, SamplingParams(max_new_tokens=24, temperature=0))
+        assert "".join(run) == text and run.completion_tokens == count
+    served.close()
+
+
+LOOPING = "Write the word 'apple' fifty times, separated by spaces."
+
+
+def test_frequency_and_presence_penalties_follow_openai_and_zero_changes_nothing(engine):
+    """OpenAI's penalties on llama.cpp's sampler: a prompt whose greedy answer repeats one word; with
+    frequency_penalty 1.5 or presence_penalty 2 the most repeated token appears far fewer times; at 0 the
+    answer is exactly the plain greedy one (bit-reproducible)."""
+    from collections import Counter
+
+    ids = engine.chat_prompt([{"role": "user", "content": LOOPING}], engine.template_of(None))
+
+    def answer(**penalties: float) -> list[int]:
+        run = engine.stream(ids, None, SamplingParams(max_new_tokens=48, temperature=0, **penalties))
+        "".join(run)
+        return run.tokens
+
+    plain = answer()
+    top = Counter(plain).most_common(1)[0][1]
+    assert top >= 10   # the prompt loops without a penalty
+    assert answer(frequency_penalty=0.0, presence_penalty=0.0) == plain == answer()
+    for penalised in (answer(frequency_penalty=1.5), answer(presence_penalty=2.0)):
+        assert penalised != plain and Counter(penalised).most_common(1)[0][1] < top / 2

@@ -124,6 +124,17 @@ class Trained:
     job_id: str
     ft: str            # the job's fine_tuned_model
     ckpts: list[str]   # its checkpoints' ids, earliest step first
+    valid: list[dict]  # its validation rows (graded at steps 0, 2 and 4)
+
+
+def valid_rows() -> list[dict]:
+    """20 held-out chat rows: sums unlike the training rows' numbers, and other short questions."""
+    asks = [f"What is {i} plus {i}?" for i in (21, 34, 57, 80, 93)] + [
+        f"What is {a} times {b}?" for a, b in ((3, 7), (6, 8), (12, 4), (9, 9), (11, 5))] + [
+        f"Name a word that rhymes with {w}." for w in ("cat", "tree", "blue", "light", "rain")] + [
+        f"How many {x} are in a {y}?" for x, y in (("days", "week"), ("months", "year"), ("minutes", "hour"),
+                                                  ("legs", "spider"), ("sides", "hexagon"))]
+    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": "ok"}]} for q in asks]
 
 
 JOB_BOUND_S = 600.0
@@ -132,7 +143,8 @@ JOB_BOUND_S = 600.0
 @pytest.fixture(scope="package")
 def trained(world, smol, tmp_path_factory) -> Iterator[Trained]:
     """One short real SmolLM2 job of alice's (fp32, rank 8, 4 steps at a high learning rate, a checkpoint
-    every 2 steps), trained by a training worker process, so its adapters answer visibly unlike the base."""
+    and a graded evaluation of 20 validation prompts every 2 steps), trained by a training worker process,
+    so its adapters answer visibly unlike the base."""
     import httpx
 
     from tests.worker.conftest import Worker, chat_rows
@@ -143,10 +155,13 @@ def trained(world, smol, tmp_path_factory) -> Iterator[Trained]:
         oa = world.oa(world.alice)
         content = "".join(__import__("json").dumps(r) + "\n" for r in chat_rows(16)).encode()
         f = oa.files.create(file=("train.jsonl", content), purpose="fine-tune")
-        body = {"model": smol.name, "training_file": f.id, "seed": 1, "suffix": "serve",
+        valid = "".join(__import__("json").dumps(r) + "\n" for r in valid_rows()).encode()
+        v = oa.files.create(file=("valid.jsonl", valid), purpose="fine-tune")
+        body = {"model": smol.name, "training_file": f.id, "validation_file": v.id, "seed": 1, "suffix": "serve",
                 "hyperparameters": {"batch_size": 2, "max_steps": 4, "learning_rate": 1e-2},
                 "method": {"quantization": "fp32", "max_seq_len": 64, "lora": {"rank": 8, "alpha": 16},
-                           "lcsb": {"schedule": "full"}, "save_every": 2}}
+                           "lcsb": {"schedule": "full"}, "save_every": 2, "eval_every": 2,
+                           "eval": {"graders": [{"type": "exact_match"}], "n_samples": 20, "max_new_tokens": 16}}}
         headers = {"Authorization": f"Bearer {world.alice.key}"}
         r = httpx.post(f"{world.url}/v1/fine_tuning/jobs", json=body, headers=headers, timeout=30)
         assert r.status_code == 200, r.text
@@ -157,6 +172,6 @@ def trained(world, smol, tmp_path_factory) -> Iterator[Trained]:
             time.sleep(1)
         assert job.status == "succeeded", job.error
         ckpts = sorted(oa.fine_tuning.jobs.checkpoints.list(job_id), key=lambda c: c.step_number)
-        yield Trained(job_id, job.fine_tuned_model, [c.fine_tuned_model_checkpoint for c in ckpts])
+        yield Trained(job_id, job.fine_tuned_model, [c.fine_tuned_model_checkpoint for c in ckpts], valid_rows())
     finally:
         worker.stop()

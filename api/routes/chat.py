@@ -11,10 +11,18 @@ Bounds (400 naming the field): `max_completion_tokens` / `max_tokens` at most
 context (checked by the worker with the model's tokenizer, before the answer starts). Without a
 bound, chat answers up to `inference_max_new_tokens` tokens (less where the context ends first);
 completions 16 (OpenAI's default).
+
+An empty `prompt` is served where the model's tokenizer starts every text with a special token
+(Gemma-3-270M's `<bos>`: the answer is the model's first words of a document, as OpenAI's legacy
+completions do without a prompt); where it gives no token at all (SmolLM2) there is nothing to
+generate from, and it is a 400 `invalid_value` naming `prompt`, answered here, before a worker is asked.
 """
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -65,6 +73,45 @@ def _max_new_tokens(settings: Settings, target: ServedModel, given: dict[str, in
     return value, name
 
 
+@lru_cache(maxsize=16)
+def _adds_special_tokens(tokenizer_json: Path, _stamp: tuple[int, int]) -> bool:
+    """Whether the tokenizer in `tokenizer_json` adds special tokens (a BOS) to every text, so that an
+    empty one is still a prompt (its post-processor's template; `_stamp`, the file's mtime and size,
+    keys the cache)."""
+    try:
+        processor = json.loads(tokenizer_json.read_text()).get("post_processor")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+    def adds(p: Any) -> bool:
+        if not isinstance(p, dict):
+            return False
+        if p.get("type") == "Sequence":
+            return any(adds(q) for q in p.get("processors") or [])
+        if p.get("type") == "TemplateProcessing":
+            return any(isinstance(part, dict) and "SpecialToken" in part for part in p.get("single") or [])
+        return p.get("type") in ("BertProcessing", "RobertaProcessing")
+
+    return adds(processor)
+
+
+def empty_prompt_has_tokens(base_path: Path) -> bool:
+    """Whether the tokenizer of the base at `base_path` turns "" into at least one token (as
+    `lcsb_core.inference.Prompting.text_prompt` does where the tokenizer adds a BOS). False unless the
+    tokenizer's files say so, and `add_bos_token: false` in `tokenizer_config.json` says no."""
+    try:
+        if json.loads((base_path / "tokenizer_config.json").read_text()).get("add_bos_token") is False:
+            return False
+    except (OSError, ValueError, AttributeError):
+        pass
+    path = base_path / "tokenizer.json"
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    return _adds_special_tokens(path, (stat.st_mtime_ns, stat.st_size))
+
+
 def _sampling(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
     given = {"temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
              "frequency_penalty": body.frequency_penalty, "presence_penalty": body.presence_penalty}
@@ -98,6 +145,10 @@ async def completions(body: CompletionRequest, owner: OwnerDep, request: Request
     refuse_unsupported(body)
     settings: Settings = request.app.state.settings
     target = await _target(request, owner.id, body.model)
+    if not body.prompt_text() and not await anyio.to_thread.run_sync(empty_prompt_has_tokens, target.base.path):
+        raise InvalidRequest(f"prompt: empty, and {target.base.name}'s tokenizer makes no token of an empty text, so "
+                             "there is nothing to continue; send at least one character", code="invalid_value",
+                             param="prompt")
     tokens, field = _max_new_tokens(settings, target, {"max_tokens": body.max_tokens}, COMPLETIONS_DEFAULT_MAX_TOKENS)
     payload = GenerationRequest(id=new_id("gen"), owner_id=owner.id, model=body.model, prompt=body.prompt_text(),
                                 max_new_tokens=tokens, max_tokens_param="max_tokens", clamp_to_context=not field,

@@ -2,12 +2,13 @@
 
 Supported: roles `system`, `developer` (served as system), `user`, `assistant`; content as a string
 or a list of text parts; `temperature`, `top_p`, `frequency_penalty` and `presence_penalty` (-2 to 2,
-OpenAI's semantics), `max_completion_tokens` / `max_tokens`, `stop`, `seed`, `n` = 1, `stream`,
-`stream_options.include_usage`, `user`, `metadata`. Any other OpenAI parameter we cannot honour
-(`tools`, `response_format` other than text, `logprobs`, `n` > 1, audio, ...) is a 400
-`unsupported_parameter` naming it (`refuse_unsupported`); values that change nothing (`logprobs: false`,
-`response_format: {"type": "text"}`, `store: false`) are accepted. An unknown key is a 400
-`unknown_parameter`.
+OpenAI's semantics), `max_completion_tokens` / `max_tokens`, `stop`, `seed` (0 to `SEED_MAX`), `n` = 1,
+`stream`, `stream_options.include_usage` (with `stream: true` only), `user`, `metadata`. Any other
+OpenAI parameter we cannot honour (`tools`, `response_format` other than text, `logprobs`, `n` > 1,
+audio, ...) is a 400 `unsupported_parameter` naming it (`refuse_unsupported`); values that change
+nothing (`logprobs: false`, `response_format: {"type": "text"}`, `store: false`, `n: 1`) are accepted.
+An unknown key is a 400 `unknown_parameter`; a value out of range (`seed: -1`, `n: 0`) and
+`stream_options` without `stream: true` (OpenAI's rule and words) are a 400 `invalid_value` naming it.
 """
 
 from __future__ import annotations
@@ -29,15 +30,28 @@ _HARMLESS: dict[str, tuple[Any, ...]] = {
     "store": (None, False), "verbosity": (None,), "prompt_cache_key": (None,), "safety_identifier": (None,),
     "suffix": (None, ""), "echo": (None, False), "best_of": (None, 1),
 }
+# The largest seed honoured as itself: llama.cpp's sampler takes a 32-bit seed and reads 2**32 - 1
+# (LLAMA_DEFAULT_SEED) as "draw a random one", so -1 or 2**32 + 7 would not be the seed they say.
+SEED_MAX = 2**32 - 2
+STREAM_OPTIONS_WITHOUT_STREAM = "The 'stream_options' parameter is only allowed when 'stream' is enabled."
 
 
-def refuse_unsupported(body: BaseModel) -> None:
-    """400 for the first parameter of `body` (its extra keys) that this service cannot honour.
+def refuse_unsupported(body: _Sampling) -> None:
+    """400 for the first parameter of `body` that this service cannot honour, before anything reaches
+    a worker.
 
     Raises:
-        InvalidRequest: `unsupported_parameter` naming an OpenAI parameter we do not support, or
-            `unknown_parameter` for a key OpenAI does not have either.
+        InvalidRequest: `unsupported_parameter` naming an OpenAI parameter we do not support (`n` > 1
+            among them), `unknown_parameter` for a key OpenAI does not have either, `invalid_value`
+            naming `stream_options` when it is given without `stream: true`.
     """
+    if body.n is not None and body.n > 1:
+        raise InvalidRequest(f"n: this service answers one choice per request, found n = {body.n}; send n = 1 or "
+                             "leave it out (and send the request n times for n answers)",
+                             code="unsupported_parameter", param="n")
+    if body.stream_options is not None and not body.stream:
+        raise InvalidRequest(f"{STREAM_OPTIONS_WITHOUT_STREAM} Send stream: true, or leave stream_options out",
+                             code="invalid_value", param="stream_options")
     for name, value in (body.model_extra or {}).items():
         if name not in _HARMLESS:
             raise InvalidRequest(f"{name}: unknown parameter", code="unknown_parameter", param=name)
@@ -84,8 +98,9 @@ class _Sampling(BaseModel):
         default=None, ge=-2, le=2, description="OpenAI's: logit -= presence_penalty if the token was generated")
     max_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
-    n: int | None = Field(default=None, ge=1, le=1, description="1 only: one choice per request")
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX,
+                             description="0 to 2**32 - 2: each its own draws (a 32-bit sampler seed)")
+    n: int | None = Field(default=None, ge=1, description="1 only: one choice per request (n > 1 is refused)")
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)

@@ -3,8 +3,10 @@
     <run>/config.json              resolved TrainConfig + model facts
     <run>/metrics.jsonl, .csv      train rows ("split": "train") and eval rows ("split": "eval")
     <run>/selection_history.jsonl  one row per optimizer step (see lcsb_core.history)
-    <run>/checkpoints/step-<N>/    PEFT adapter + trainer_state.pt, every `save_every` steps
-    <run>/adapter/                 the final PEFT adapter (adapter_config.json + adapter_model.safetensors)
+    <run>/checkpoints/step-<N>/    PEFT adapter + trainer_state.pt, every `save_every` steps and after the
+                                   last step that ran (also when early stopping ended the run)
+    <run>/adapter/                 the delivered PEFT adapter (adapter_config.json + adapter_model.safetensors):
+                                   the last step's, or with select_checkpoint best the selected step's
     <run>/plots/*.png              loss curve, selection heatmap
     <run>/summary.json             final numbers
     <run>/eval_samples/step-<N>.jsonl  graded evaluation: each sample's prompt, reference, base and current

@@ -42,12 +42,14 @@ from lcsb_core.step import run_step
 class RunState:
     """What one `train()` call accumulates: `t_start` (perf_counter seconds at the first step),
     `peak_memory_mib` (largest step peak, MiB), `trained_tokens` (tokens in trained batches, padding
-    excluded), `eval_history` (every evaluation, in order)."""
+    excluded), `eval_history` (every evaluation, in order), `saved_steps` (the steps whose checkpoint is
+    on disk for this run: those saved, and the one a resumed run started from)."""
 
     t_start: float = field(default_factory=time.perf_counter)
     peak_memory_mib: float = 0.0
     trained_tokens: int = 0
     eval_history: list[EvalReport] = field(default_factory=list)
+    saved_steps: set[int] = field(default_factory=set)
 
 
 class Trainer:
@@ -175,7 +177,8 @@ class Trainer:
         start = self._resume(resume_from) if resume_from else self._fresh_start()
         batches = self._micro_batches(start)
         self._emit("on_start", self._start_info(start))
-        self.run = RunState()
+        resumed_here = start and (self.files.checkpoint_dir(start) / "trainer_state.pt").is_file()
+        self.run = RunState(saved_steps={start} if resumed_here else set())
         base_eval_pending = self._start_evaluation(start)
         for step in range(start, self.total_steps):
             if any(cb.should_cancel() for cb in self.callbacks):
@@ -203,9 +206,9 @@ class Trainer:
             if self._due(cfg.eval_every, done):
                 self.evaluate(done)
             if self.selection.stops_run(done, self.total_steps):
-                break  # early stopping: the final adapter is this step's (or the best); no checkpoint
+                break  # early stopping: `_finish` saves this last step's checkpoint
             if self._due(cfg.save_every, done) and done < self.total_steps:
-                self.save_checkpoint(done)
+                self.save_checkpoint(done)  # the last step's is `_finish`'s, whatever `save_every` says
         return self._finish()
 
     @staticmethod
@@ -310,14 +313,17 @@ class Trainer:
                                schedule_state=self.schedule.state_dict(),
                                selection_state=self.selection.state_dict(),
                                chat_template=self.chat_template())
+        self.run.saved_steps.add(step)
         self._emit("on_checkpoint", step, str(path))
         return path
 
     def _finish(self) -> dict:
-        """The final evaluation (unless the last step had one), the delivered adapter (the best
+        """The final evaluation (unless the last step had one), the last step's checkpoint (every run's
+        checkpoints end with the last step that ran, also when `select_checkpoint` best delivers another
+        step's adapter or early stopping ended the run; saved once), the delivered adapter (the best
         evaluated one with `select_checkpoint` best), metrics, plots and the summary. `steps` are the
         steps run (short of `planned_steps` when `stopped_early`); the `*_after` numbers are the delivered
-        adapter's evaluation."""
+        adapter's evaluation; `final_checkpoint` is the last step's checkpoint folder."""
         from lcsb_core.plots import write_plots
 
         stopped = self.selection.stopped_early(self.total_steps)
@@ -325,6 +331,8 @@ class Trainer:
         evals = list(self.run.eval_history)
         if self.eval_dataset is not None and (not evals or evals[-1].step != steps):
             evals = evals + [self.evaluate(steps)]
+        if steps not in self.run.saved_steps:  # after its evaluation: the checkpoint carries its metrics
+            self.save_checkpoint(steps)
         selected = self.selection.restore(self.params, steps)
         after = next((e for e in reversed(evals) if e.step == selected["step"]), evals[-1] if evals else None)
         save_adapter(self.model, self.params, self.files.adapter, chat_template=self.chat_template())
@@ -340,6 +348,7 @@ class Trainer:
             "peak_memory_mib": self.run.peak_memory_mib or None,
             "trained_tokens": self.run.trained_tokens,
             "adapter_dir": str(self.files.adapter), "run_dir": str(self.files.root),
+            "final_checkpoint": str(self.files.checkpoint_dir(steps)),
             "plots": [str(p) for p in plots],
             **self._graded_summary(evals),
         }

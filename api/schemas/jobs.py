@@ -149,7 +149,8 @@ class Method(BaseModel):
     eval_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
         f"optimizer steps between evaluations (default {TrainConfig.eval_every}: at the end only)"))
     save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
-        f"optimizer steps between checkpoints (default {TrainConfig.save_every}: at the end only)"))
+        f"optimizer steps between checkpoints (default {TrainConfig.save_every}: at the end only); the last "
+        "step that ran is always a checkpoint, the list's last"))
     eval_at_start: bool | None = Field(default=None, description=(
         "measure the step-0 (\"before\") validation loss (default "
         f"{str(TrainConfig.eval_at_start).lower()}); it runs on the base model after the first step, so "
@@ -252,8 +253,10 @@ class JobObject(BaseModel):
     result: dict[str, Any] | None = Field(default=None, description=(
         "what a succeeded job delivered (null before): `selected_checkpoint` {mode (last | best), metric, step "
         "(the optimizer step whose adapter is fine_tuned_model), value (the metric there), "
-        "fine_tuned_model_checkpoint (that step's checkpoint, when one was saved)}; `stopped_early` {step, reason, "
-        "metric, best_step, best_value, patience, min_delta} or null; `steps` run and `planned_steps`"))
+        "fine_tuned_model_checkpoint (that step's checkpoint, when one was saved)}: what fine_tuned_model holds; "
+        "`final_checkpoint` {step, fine_tuned_model_checkpoint}: the last step that ran, always saved as a "
+        "checkpoint (another step than the selected one only with select_checkpoint best); `stopped_early` {step, "
+        "reason, metric, best_step, best_value, patience, min_delta} or null; `steps` run and `planned_steps`"))
 
     @classmethod
     def of(cls, job: Job) -> JobObject:

@@ -77,6 +77,7 @@ def test_override_and_resume(tmp_path, tiny_model_dir):
     first = (run / "selection_history.jsonl").read_text().splitlines()
     adapter = (run / "adapter" / "adapter_model.safetensors").read_bytes()
     shutil.rmtree(run / "adapter")
+    shutil.rmtree(run / "checkpoints" / "step-000004")  # the last step's: as if the run had stopped before it
     result = CliRunner().invoke(app, ["train", str(job), "--set", "lora.rank=3", "--resume"])
     assert result.exit_code == 0, result.output
     again = (run / "selection_history.jsonl").read_text().splitlines()

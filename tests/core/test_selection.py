@@ -80,7 +80,40 @@ def test_best_delivers_the_mid_run_best_checkpoint_bit_for_bit(tmp_path):
     assert all(torch.equal(final[k], at_best[k]) for k in final)
     later = adapter(t.files.checkpoint_dir(STEPS - 2))
     assert any(not torch.equal(final[k], later[k]) for k in final)
-    assert json.loads((t.files.root / "summary.json").read_text())["selected_checkpoint"]["step"] == best
+    summary = json.loads((t.files.root / "summary.json").read_text())
+    assert summary["selected_checkpoint"]["step"] == best
+    # the last step's adapter is kept too: the last checkpoint, not the delivered one
+    assert summary["final_checkpoint"] == str(t.files.checkpoint_dir(STEPS))
+    last = adapter(t.files.checkpoint_dir(STEPS))
+    assert last.keys() == final.keys() and any(not torch.equal(final[k], last[k]) for k in final)
+
+
+class Saved(TrainerCallback):
+    def __init__(self):
+        self.steps: list[int] = []
+
+    def on_checkpoint(self, step, path):
+        self.steps.append(step)
+
+
+def test_every_run_saves_its_last_step_once(tmp_path):
+    """`save_every` 2 of 16 steps: the last step is saved once, by the end; `save_every` 0: the last step
+    only; a run resumed from its last checkpoint (nothing left to train) saves nothing again."""
+    saved = Saved()
+    t = run(peaking_config(tmp_path / "a"), callbacks=[saved])
+    assert saved.steps == list(range(2, STEPS + 1, 2))
+    final, last = adapter(t.files.adapter), adapter(t.files.checkpoint_dir(STEPS))
+    assert all(torch.equal(final[k], last[k]) for k in final)  # `last`: the delivered adapter is that step's
+    saved = Saved()
+    run(config(tmp_path / "b", max_steps=STEPS, eval_every=0, save_every=0), callbacks=[saved])
+    assert saved.steps == [STEPS]
+    saved = Saved()
+    again = Trainer(peaking_config(tmp_path / "a"), model=tiny_lora(0, rank=4), train_dataset=counting(40, 1),
+                    eval_dataset=counting(8, 2), callbacks=[saved])
+    summary = again.train(resume_from="latest")
+    assert saved.steps == [] and summary["steps"] == STEPS
+    resumed = adapter(again.files.adapter)
+    assert all(torch.equal(final[k], resumed[k]) for k in final)
 
 
 def test_last_delivers_the_last_step(tmp_path):
@@ -130,7 +163,11 @@ def test_early_stopping_ends_the_run_at_the_patience(tmp_path):
     assert stop["step"] == 6 and stop["best_step"] == 2 and stop["patience"] == 2 and stop["min_delta"] == 10.0
     assert stop["reason"].startswith("eval_loss did not improve by more than 10 in 2 evaluations (best ")
     assert s["selected_checkpoint"]["step"] == 6
-    assert [p.name for p in sorted(t.files.root.glob("checkpoints/*"))] == ["step-000002", "step-000004"]
+    # the stop step is saved too (once), as the last checkpoint: the delivered adapter is its weights
+    assert [p.name for p in sorted(t.files.root.glob("checkpoints/*"))] == ["step-000002", "step-000004",
+                                                                             "step-000006"]
+    final, last = adapter(t.files.adapter), adapter(t.files.checkpoint_dir(6))
+    assert all(torch.equal(final[k], last[k]) for k in final)
     assert json.loads((t.files.root / "summary.json").read_text())["stopped_early"]["step"] == 6
 
 

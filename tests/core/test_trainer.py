@@ -313,7 +313,7 @@ def test_a_chat_jobs_template_is_saved_beside_every_adapter_and_no_other_jobs(tm
                 tokenizer=_Tokenizer(), train_dataset=train, eval_dataset=dataset(8, 2))
     t.train()
     folders = [t.files.adapter, *sorted(p for p in t.files.checkpoints.iterdir() if p.is_dir())]
-    assert len(folders) == 3  # the delivered adapter and the checkpoints of steps 2 and 4
+    assert len(folders) == 4  # the delivered adapter and the checkpoints of steps 2, 4 and 5 (the last)
     for folder in folders:
         template = folder / "chat_template.jinja"
         if data_format == "chat":

@@ -9,12 +9,14 @@ LOST_BOUND_S = 4 + 0.5 + slack.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from safetensors.torch import load
 
 from api.main import create_app
 from lcsb_core.models.tiny import TINY, TINY_NAN, build_tiny_models  # noqa: F401 - TINY_NAN re-exported to the tests
@@ -214,6 +217,15 @@ def make_service() -> Iterator:
     yield make
     for s in made:
         s.close()
+
+
+def safetensors_of(archive: bytes) -> dict:
+    """The tensors of the adapter in a downloaded adapter .tar.gz (the final adapter or a checkpoint's)."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("adapter_model.safetensors"))
+        data = tar.extractfile(member)
+        assert data is not None
+        return load(data.read())
 
 
 def chat_rows(n: int, answer_words: int = 6) -> list[dict]:

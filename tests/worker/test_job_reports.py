@@ -114,7 +114,7 @@ def test_no_download_event_or_object_names_a_worker_path(make_settings, start_wo
     downloads["job"] = json.dumps(get(base).json()).encode()
     downloads["events"] = json.dumps(service.events(job["id"])).encode()
     assert {"adapter.tar.gz", "config.json", "summary.json", "metrics.csv"} <= set(downloads)
-    assert len([k for k in downloads if k.startswith("ftckpt-")]) == 1  # step 2; step 4 is the final adapter
+    assert len([k for k in downloads if k.startswith("ftckpt-")]) == 2  # steps 2 and 4 (the last step's)
 
     forbidden = {str(tmp_path_factory.getbasetemp()), str(model_dir), str(Path.home()) + "/", str(ROOT),
                  str(settings.resolved_runs_dir), "/tmp", ".tar\x00"}  # ".tar\0": a gzip header's file name

@@ -14,7 +14,7 @@ import pytest
 
 from lcsb_service.settings import WorkerClass
 from tests.s3_server import moto_s3
-from tests.worker.conftest import chat_rows, create_long_job
+from tests.worker.conftest import chat_rows, create_long_job, safetensors_of
 from worker.enqueue import CeleryEnqueuer
 
 pytestmark = pytest.mark.worker
@@ -69,13 +69,22 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
         assert {"lr", "tokens_per_s", "peak_memory_mib", "train_loss", "grad_norm"} <= set(e["data"])
     assert [e["data"]["step"] for e in events if "valid_loss" in (e["data"] or {})] == [0, 3, 6]
     assert [m for m in messages if m.startswith("Checkpoint saved")] == ["Checkpoint saved at step 2",
-                                                                          "Checkpoint saved at step 4"]
+                                                                          "Checkpoint saved at step 4",
+                                                                          "Checkpoint saved at step 6"]
     assert any(m.startswith("Training process started, memory cap 4096 MiB") for m in messages)
     assert any(m.startswith("Training started") for m in messages)
     assert any(m.startswith("Training finished") for m in messages)
     assert messages[-1] == "The job has successfully completed"
     ckpts = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=service.headers).json()["data"]
-    assert sorted(c["step_number"] for c in ckpts) == [2, 4]
+    # newest first, as OpenAI lists them: the list ends (in time) with the job's last step, saved once
+    assert [c["step_number"] for c in ckpts] == [6, 4, 2]
+    assert ckpts[0]["fine_tuned_model_checkpoint"] == f"{done['fine_tuned_model']}:ckpt-step-6"
+    last_eval = next(e["data"] for e in events if "valid_loss" in (e["data"] or {}) and e["data"]["step"] == 6)
+    assert ckpts[0]["metrics"]["valid_loss"] == last_eval["valid_loss"]  # saved after the final evaluation
+    last_name = ckpts[0]["fine_tuned_model_checkpoint"]
+    assert done["result"]["final_checkpoint"] == {"step": 6, "fine_tuned_model_checkpoint": last_name}
+    chosen = done["result"]["selected_checkpoint"]  # select_checkpoint last: the same step, the same adapter
+    assert (chosen["step"], chosen["fine_tuned_model_checkpoint"]) == (6, last_name)
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{ckpts[0]['id']}/adapter",
                            headers=service.headers)
     assert r.status_code == 200
@@ -87,6 +96,10 @@ def test_job_succeeds_with_events_checkpoints_and_artifacts(make_settings, start
     assert {"adapter.tar.gz", "selection_history.jsonl", "metrics.csv", "summary.json", "plots/loss.png"} <= arts
     r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz", headers=service.headers)
     names = tarfile.open(fileobj=io.BytesIO(r.content)).getnames()
+    last = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{ckpts[0]['id']}/adapter",
+                              headers=service.headers)
+    a, b = safetensors_of(r.content), safetensors_of(last.content)  # the last step's checkpoint is the job's model
+    assert a.keys() == b.keys() and len(a) > 0 and all(a[k].equal(b[k]) for k in a)
     assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors",
             "adapter/chat_template.jinja"} <= set(names)
     r = service.client.get(f"/v1/files/{done['result_files'][0]}/content", headers=service.headers)

@@ -1,41 +1,32 @@
 """A real worker job (tiny Llama with SmolLM2's tokenizer) with `method.select_checkpoint` best and
 `method.early_stopping`: the job succeeds short of its planned steps, says why in its events, states its
 progress as the steps it ran, and its `result` names the selected step, whose checkpoint's adapter is
-bit for bit the job's final adapter download."""
+bit for bit the job's final adapter download. The last step that ran is not lost (issue 48): it is the
+checkpoint list's newest entry, `result.final_checkpoint`, with its own weights, with or without
+`save_every`."""
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
-from safetensors.torch import load
 
-from tests.worker.conftest import chat_rows
+from tests.worker.conftest import chat_rows, safetensors_of
 
 pytestmark = pytest.mark.worker
 
 JOB_BOUND_S = 90.0
 
 
-def safetensors_of(archive: bytes) -> dict:
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("adapter_model.safetensors"))
-        data = tar.extractfile(member)
-        assert data is not None
-        return load(data.read())
-
-
-def test_best_checkpoint_and_early_stop_on_the_job(make_settings, start_worker, make_service):
+@pytest.mark.parametrize("save_every", [2, 0])
+def test_best_checkpoint_and_early_stop_on_the_job(make_settings, start_worker, make_service, save_every):
     settings = make_settings()
     service = make_service(settings)
     start_worker(settings)
-    # 12 examples in batches of 2 for 2 epochs: 12 planned steps. Evaluated and saved every 2 steps; no
+    # 12 examples in batches of 2 for 2 epochs: 12 planned steps. Evaluated (and saved) every 2 steps; no
     # evaluation gains more than 100 nats, so after the first trained one (step 2) two more (4, 6) end the run.
     # A learning rate high for this model makes the eval loss fall, then rise
     job = service.create_job(validation_file=service.upload(chat_rows(4)),
                              hyperparameters={"n_epochs": 2, "learning_rate": 0.05},
-                             method={"eval_every": 2, "save_every": 2,
+                             method={"eval_every": 2, "save_every": save_every,
                                      "select_checkpoint": {"mode": "best", "metric": "eval_loss"},
                                      "early_stopping": {"metric": "eval_loss", "patience": 2, "min_delta": 100.0}})
     assert job["progress"]["total_steps"] == 12
@@ -58,27 +49,43 @@ def test_best_checkpoint_and_early_stop_on_the_job(make_settings, start_worker, 
     assert stopped["data"]["step"] == 6 and stopped["data"]["best_step"] == 2
     ckpts = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints", headers=service.headers).json()["data"]
     by_step = {c["step_number"]: c for c in ckpts}
-    assert sorted(by_step) == [2, 4]  # none at the stop step: the final adapter is the job's model
+    # newest first; the stop step (the last that ran) is saved too, so its weights are not lost
+    assert [c["step_number"] for c in ckpts] == ([6, 4, 2] if save_every else [6])
+    fine_tuned_model = done["fine_tuned_model"]
+    assert by_step[6]["fine_tuned_model_checkpoint"] == f"{fine_tuned_model}:ckpt-step-6"
 
     result = done["result"]
     chosen = result["selected_checkpoint"]
     assert {k: chosen[k] for k in ("mode", "metric", "step")} == {"mode": "best", "metric": "eval_loss", "step": best}
     assert chosen["value"] == evals[best]
-    assert chosen["fine_tuned_model_checkpoint"] == by_step[best]["fine_tuned_model_checkpoint"]
+    assert chosen["fine_tuned_model_checkpoint"] == (by_step[best]["fine_tuned_model_checkpoint"] if save_every
+                                                      else None)  # fine_tuned_model is step 4's; no checkpoint then
+    assert result["final_checkpoint"] == {"step": 6, "fine_tuned_model_checkpoint": f"{fine_tuned_model}:ckpt-step-6"}
     assert result["stopped_early"] == stopped["data"] and (result["steps"], result["planned_steps"]) == (6, 12)
     selected = next(e for e in events if e["message"].startswith("Selected step"))
     assert selected["message"].startswith(f"Selected step {best} (eval_loss ")
+    assert selected["message"].endswith(f"as the job's model; the last step's adapter (step 6) is checkpoint "
+                                        f"{fine_tuned_model}:ckpt-step-6")
     assert selected["data"]["step"] == best
 
     final = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/adapter.tar.gz", headers=service.headers)
     assert final.status_code == 200
-    r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{by_step[best]['id']}/adapter",
-                           headers=service.headers)
-    a, b = safetensors_of(final.content), safetensors_of(r.content)  # the delivered adapter is step 4's, bit for bit
-    assert a.keys() == b.keys() and len(a) > 0 and all(a[k].equal(b[k]) for k in a)
-    other = safetensors_of(service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{by_step[2]['id']}"
-                                              "/adapter", headers=service.headers).content)
-    assert any(not a[k].equal(other[k]) for k in a)
+    a = safetensors_of(final.content)
+    assert len(a) > 0
+
+    def checkpoint(step: int) -> dict:
+        r = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/checkpoints/{by_step[step]['id']}/adapter",
+                               headers=service.headers)
+        assert r.status_code == 200
+        return safetensors_of(r.content)
+
+    last = checkpoint(6)  # the last step's weights: kept, and not the delivered ones
+    assert last.keys() == a.keys() and any(not a[k].equal(last[k]) for k in a)
+    if save_every:
+        b = checkpoint(best)  # the delivered adapter is step 4's, bit for bit
+        assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+        other = checkpoint(2)
+        assert any(not a[k].equal(other[k]) for k in a)
     summary = service.client.get(f"/v1/fine_tuning/jobs/{job['id']}/artifacts/summary.json", headers=service.headers)
     assert summary.json()["stopped_early"]["step"] == 6 and summary.json()["selected_checkpoint"]["step"] == best
     print(f"[worker] selection job: eval loss by step {evals}, selected {best}")

@@ -20,12 +20,14 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
                    data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
                    `grader/<name>` score, which the checkpoint of the same step carries in its `metrics`
-    on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz)
+    on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz); every
+                   `save_every` steps and after the last step that ran, so a job's checkpoints end with it
     on_end         "Training stopped early at step 30 of 100: eval_loss did not improve by more than 0 in 2
                    evaluations (best 1.21 at step 10, 1.25 at step 30)" (with method.early_stopping; data: the
                    summary's `stopped_early`, and the job's progress becomes 30 of 30 steps: the run's real length);
-                   "Selected step 10 (eval_loss 1.21) as the job's model" (with method.select_checkpoint best;
-                   data: `selected_checkpoint`); "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
+                   "Selected step 10 (eval_loss 1.21) as the job's model; the last step's adapter (step 30) is
+                   checkpoint ft:...:ckpt-step-30" (with method.select_checkpoint best; data: `selected_checkpoint`
+                   and `final_checkpoint`); "Training finished: 100 steps in 812 s, peak memory 1530 MiB"
 Each step also updates the job's progress, trained tokens, peak memory and heartbeat. `result` (set at the
 end) is what the job object's `result` shows: `job_result`.
 """
@@ -170,8 +172,12 @@ class JobReporter(TrainerCallback):
                           f"{summary['planned_steps']}: {stopped['reason']}", data=stopped)
                 record_progress(s, self.job_id, steps_completed=stopped["step"], total_steps=stopped["step"])
             if chosen["mode"] == "best" and chosen["value"] is not None:
+                final = self.result["final_checkpoint"]
+                last = (f"; the last step's adapter (step {final['step']}) is checkpoint "
+                        f"{final['fine_tuned_model_checkpoint']}"
+                        if final["step"] != chosen["step"] and final["fine_tuned_model_checkpoint"] else "")
                 add_event(s, self.job_id, f"Selected step {chosen['step']} ({chosen['metric']} {chosen['value']:.4g}) "
-                          "as the job's model", data=chosen)
+                          f"as the job's model{last}", data={**chosen, "final_checkpoint": final})
             add_event(s, self.job_id, f"Training finished: {summary['steps']} steps in "
                       f"{summary['train_seconds']:.0f} s, peak memory {peak:.0f} MiB",
                       data={k: summary.get(k) for k in ("steps", "train_seconds", "peak_memory_mib", "trained_tokens",
@@ -192,10 +198,14 @@ class JobReporter(TrainerCallback):
 
 def job_result(summary: dict, checkpoints: dict[int, str]) -> dict[str, Any]:
     """The job object's `result` from the trainer's summary: `selected_checkpoint` {mode, metric, step,
-    value, fine_tuned_model_checkpoint (the published checkpoint of that step, else None)}, `stopped_early`
-    (the summary's, or None), `steps` (run) and `planned_steps`."""
+    value, fine_tuned_model_checkpoint (the published checkpoint of that step, else None)}: the adapter
+    that is `fine_tuned_model`; `final_checkpoint` {step, fine_tuned_model_checkpoint}: the last step
+    that ran (the trainer always saves it; None only when publishing it failed), the same step as the
+    selected one unless select_checkpoint best chose another; `stopped_early` (the summary's, or None),
+    `steps` (run) and `planned_steps`."""
     chosen = dict(summary.get("selected_checkpoint") or {"mode": "last", "metric": None, "step": summary["steps"],
                                                           "value": None})
     chosen["fine_tuned_model_checkpoint"] = checkpoints.get(chosen["step"])
-    return {"selected_checkpoint": chosen, "stopped_early": summary.get("stopped_early"), "steps": summary["steps"],
-            "planned_steps": summary.get("planned_steps", summary["steps"])}
+    final = {"step": summary["steps"], "fine_tuned_model_checkpoint": checkpoints.get(summary["steps"])}
+    return {"selected_checkpoint": chosen, "final_checkpoint": final, "stopped_early": summary.get("stopped_early"),
+            "steps": summary["steps"], "planned_steps": summary.get("planned_steps", summary["steps"])}

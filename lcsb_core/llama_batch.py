@@ -52,14 +52,13 @@ def sampler_chain(params: SamplingParams, vocab_size: int) -> Any:
     when a penalty is non-zero (OpenAI's semantics: logit -= frequency_penalty x count + presence_penalty
     x [count > 0], over the tokens this sequence has made, not the prompt's), then greedy (temperature 0:
     the highest logit, the first one on a tie) or top_p, temperature and a draw seeded by `seed` (a random
-    seed when None). `vocab_size` is unused by llama.cpp's current penalties sampler and kept for the
-    signature of older ones."""
+    seed when None). `vocab_size`: the model's vocabulary (llama.cpp's penalties sampler takes it)."""
     import llama_cpp
 
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = lambda s: llama_cpp.llama_sampler_chain_add(chain, s)  # noqa: E731
     if params.frequency_penalty or params.presence_penalty:
-        add(llama_cpp.llama_sampler_init_penalties(max(params.max_new_tokens, 1), 1.0,
+        add(llama_cpp.llama_sampler_init_penalties(vocab_size, max(params.max_new_tokens, 1), 1.0,
                                                    float(params.frequency_penalty), float(params.presence_penalty)))
     if params.temperature <= 0:
         add(llama_cpp.llama_sampler_init_greedy())

@@ -126,8 +126,8 @@ def _put_public_json(path: Path, key: str, storage: Storage, public_paths: dict[
 
 def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: str, run_dir: str | Path,
                 public_paths: dict[str, str] | None = None) -> list[str]:
-    """Upload a finished run's adapter, selection history, metrics, summary, config and plots as
-    artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`).
+    """Upload a finished run's adapter, selection history, metrics, summary, config, plots and every
+    graded evaluation's answers (`eval_samples/step-<N>.jsonl`) as artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`).
 
     The JSON files name no worker path: paths under the run folder become relative to it, paths under
     a folder of `public_paths` (local folder -> public name, "" to drop it) are renamed, any other
@@ -146,6 +146,11 @@ def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: st
     for plot in sorted(files.plots.glob("*.png")) if files.plots.is_dir() else []:
         name = f"plots/{plot.name}"
         _add_artifact(session, job_id, name, "plot", f"{prefix}/{name}", storage.put_file(plot, f"{prefix}/{name}"))
+    samples = files.eval_samples_dir
+    for step_file in sorted(samples.glob("step-*.jsonl")) if samples.is_dir() else []:
+        name = f"{samples.name}/{step_file.name}"   # every evaluation's answers, the base's at step 0
+        _add_artifact(session, job_id, name, "eval_samples", f"{prefix}/{name}",
+                      storage.put_file(step_file, f"{prefix}/{name}"))
     session.flush()
     result_files = []
     if files.metrics_csv.is_file():

@@ -53,7 +53,8 @@ def download_artifact(job: JobDep, name: Annotated[str, Path(max_length=255)], s
     """One artifact by name: `adapter.tar.gz` (the final PEFT adapter), `selection_history.jsonl`,
     `metrics.csv`, `metrics.jsonl`, `summary.json`, `config.json`, `plots/<name>.png`, and with graded
     evaluation `eval_samples.jsonl` (the last evaluation's prompts, references, base and final answers
-    and the grades of both)."""
+    and the grades of both) and `eval_samples/step-<N>.jsonl` (each evaluation's, step 0 the base
+    model's)."""
     row = outputs.find_artifact(session, job.id, name)
     return _download(storage, row.storage_key, row.bytes, row.content_type,
                      f"{job.id}-{PurePosixPath(name).name}")

@@ -20,7 +20,8 @@ def test_graded_eval_is_resolved_on_the_job(client, alice):
         {"type": "numeric", "name": "numeric"},
         {"type": "contains", "name": "has_answer", "case_sensitive": False},
         {"type": "regex", "name": "regex", "pattern": r"####\s*\d+"}],
-        "n_samples": 8, "max_new_tokens": 128, "eval_file": None}
+        "n_samples": 8, "max_new_tokens": 128, "eval_file": None,
+        "frequency_penalty": 0.0, "presence_penalty": 0.0}
     plain = job_ok(client, alice, validation_file=valid)
     assert "eval" not in plain["method"]
 
@@ -43,6 +44,8 @@ def test_bad_graders_are_400_naming_the_field(client, alice, grader, param, frag
     ({"graders": [{"type": "numeric"}], "n_samples": 513}, "method.eval.n_samples"),
     ({"graders": [{"type": "numeric"}], "n_samples": "8"}, "method.eval.n_samples"),
     ({"graders": [{"type": "numeric"}], "max_new_tokens": 0}, "method.eval.max_new_tokens"),
+    ({"graders": [{"type": "numeric"}], "frequency_penalty": 2.5}, "method.eval.frequency_penalty"),
+    ({"graders": [{"type": "numeric"}], "presence_penalty": -3}, "method.eval.presence_penalty"),
 ])
 def test_schema_bounds(client, alice, eval_body, param):
     f = upload_ok(client, alice)

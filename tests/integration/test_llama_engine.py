@@ -189,25 +189,29 @@ def test_gemma_completions_graded_equal_served():
     served.close()
 
 
-LOOPING = "Write the word 'apple' fifty times, separated by spaces."
+LOOPING = "1, 2, 3, 1, 2, 3, 1, 2, 3,"   # a completions prompt SmolLM2 continues greedily with " 1, 2, 3" for ever
 
 
 def test_frequency_and_presence_penalties_follow_openai_and_zero_changes_nothing(engine):
-    """OpenAI's penalties on llama.cpp's sampler: a prompt whose greedy answer repeats one word; with
-    frequency_penalty 1.5 or presence_penalty 2 the most repeated token appears far fewer times; at 0 the
+    """OpenAI's penalties on llama.cpp's sampler. frequency_penalty grows with each repeat: on a completions
+    prompt that greedy continues with " 1, 2, 3" for ever (the top token 16 times in 48), 1.5 breaks the loop
+    (at most half as many). presence_penalty is a fixed offset once a token was made: 2.0 makes a story
+    use more distinct tokens (it cannot break the loop above, whose lead is larger than 2 logits). At 0 the
     answer is exactly the plain greedy one (bit-reproducible)."""
     from collections import Counter
 
-    ids = engine.chat_prompt([{"role": "user", "content": LOOPING}], engine.template_of(None))
-
-    def answer(**penalties: float) -> list[int]:
+    def answer(ids: list[int], **penalties: float) -> list[int]:
         run = engine.stream(ids, None, SamplingParams(max_new_tokens=48, temperature=0, **penalties))
         "".join(run)
         return run.tokens
 
-    plain = answer()
+    loop = engine.text_prompt(LOOPING)
+    plain = answer(loop)
     top = Counter(plain).most_common(1)[0][1]
-    assert top >= 10   # the prompt loops without a penalty
-    assert answer(frequency_penalty=0.0, presence_penalty=0.0) == plain == answer()
-    for penalised in (answer(frequency_penalty=1.5), answer(presence_penalty=2.0)):
-        assert penalised != plain and Counter(penalised).most_common(1)[0][1] < top / 2
+    assert top >= 12   # the prompt loops without a penalty
+    assert answer(loop, frequency_penalty=0.0, presence_penalty=0.0) == plain == answer(loop)
+    assert Counter(answer(loop, frequency_penalty=1.5)).most_common(1)[0][1] <= top / 2
+    story = engine.chat_prompt([{"role": "user", "content": "Tell me a story about a cat."}], engine.template_of(None))
+    plain = answer(story)
+    present = answer(story, presence_penalty=2.0)
+    assert present != plain and len(set(present)) > len(set(plain))

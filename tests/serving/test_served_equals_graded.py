@@ -1,25 +1,25 @@
 """Served == graded (issue 46): for a real SmolLM2 job trained by a training worker, the greedy answer
-its graded evaluation wrote for each held-out prompt (`eval_samples/step-N.jsonl`, answered on the
-serving engine in one batch) equals, text and token count, the answer `/v1/chat/completions` gives an
+its graded evaluation wrote for each held-out prompt (the job's `eval_samples/step-N.jsonl` artifact,
+answered on the serving engine in one batch) equals, text and token count, the answer `/v1/chat/completions` gives an
 inference worker for that prompt with `temperature: 0` and the same token limit: for the base model
 (step 0), the checkpoint (step 2) and the final model (step 4)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
 
 
 def graded_rows(world, job_id: str, step: int) -> list[dict]:
-    """The rows of the job's evaluation after `step` steps, from the training worker's run folder."""
-    found = [p for p in Path(world.settings.data_dir).rglob(f"step-{step:06d}.jsonl")
-             if job_id in str(p) and p.parent.name == "eval_samples"]
-    assert len(found) == 1, found
-    return [json.loads(line) for line in found[0].read_text().splitlines()]
+    """The rows of the job's evaluation after `step` steps: its `eval_samples/step-<N>.jsonl` artifact."""
+    r = httpx.get(f"{world.url}/v1/fine_tuning/jobs/{job_id}/artifacts/eval_samples/step-{step:06d}.jsonl",
+                  headers={"Authorization": f"Bearer {world.alice.key}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines()]
 
 
 def test_the_served_answer_is_the_graded_answer_token_for_token(world, trained, smol):

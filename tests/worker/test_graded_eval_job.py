@@ -1,6 +1,7 @@
 """A real worker runs a job with graded evaluation (tiny Llama with SmolLM2's tokenizer): the evaluation
 events carry each `grader/<name>` score, every checkpoint's `metrics` the scores of the evaluation at its
-step, and `eval_samples.jsonl` (the final evaluation's answers and grades) is a downloadable artifact
+step, and `eval_samples.jsonl` (the final evaluation's answers and grades) and `eval_samples/step-<N>.jsonl` (each
+evaluation's) are downloadable artifacts
 whose grades agree with the final event and the summary."""
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def test_graded_scores_reach_events_checkpoints_and_artifacts(make_settings, sta
     assert [(row["step"], row["prompt"], row["reference"]) for row in rows] == [
         (6, f"{i} plus {i} is", f" {2 * i}") for i in range(3)]
     assert sum(row["grades"]["digit"] for row in rows) / 3 == by_step[6]["grader/digit"]
+    # every evaluation's answers are kept, the base model's (step 0) included
+    listed = service.client.get(f"{base}/artifacts", headers=service.headers).json()["data"]
+    per_step = sorted(a["name"] for a in listed if a["name"].startswith("eval_samples/"))
+    assert per_step == [f"eval_samples/step-{s:06d}.jsonl" for s in (0, 2, 4, 6)]
+    for s in (0, 2, 4, 6):
+        r = service.client.get(f"{base}/artifacts/eval_samples/step-{s:06d}.jsonl", headers=service.headers)
+        step_rows = [json.loads(line) for line in r.text.splitlines()]
+        assert [row["step"] for row in step_rows] == [s] * 3
+        assert sum(row["grades"]["digit"] for row in step_rows) / 3 == by_step[s]["grader/digit"]
     summary = json.loads(service.client.get(f"{base}/artifacts/summary.json", headers=service.headers).text)
     assert summary["graded_after"] == {k: by_step[6][k] for k in ("grader/numeric", "grader/digit")}
     assert summary["graded_before"] == {k: by_step[0][k] for k in ("grader/numeric", "grader/digit")}

@@ -26,6 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from lcsb_service.errors import Conflict, InvalidRequest, NotFound
+from lcsb_service.job_records import training_data_format
 from lcsb_service.jobspec import fine_tuned_model_name
 from lcsb_service.models import Artifact, Checkpoint, DeletedModel, Job, Owner
 from lcsb_service.status import JobStatus
@@ -39,8 +40,10 @@ _NAME = re.compile(r"ft:(?P<base>[^:]*):.*:(?P<job>ftjob-[A-Za-z0-9]{1,58})(?::c
 class Parent:
     """A model a job continues from: `model_id` (the `ft:` or checkpoint id as requested), its job
     (`job_id`, `base_model` the root base, `train_config` the parent's trainer config), `step` (the
-    checkpoint's step; None for the job's final adapter) and `adapter_key` (the storage key of its
-    adapter archive, `.tar.gz` of one PEFT folder)."""
+    checkpoint's step; None for the job's final adapter), `adapter_key` (the storage key of its
+    adapter archive, `.tar.gz` of one PEFT folder) and `data_format`, the format of the data it trained on
+    (`chat`, `prompt_completion`, `text`: the job record's data report, `job_records.training_data_format`;
+    None where the job recorded none)."""
 
     model_id: str
     job_id: str
@@ -48,6 +51,7 @@ class Parent:
     train_config: dict[str, Any]
     step: int | None
     adapter_key: str
+    data_format: str | None = None
 
     def describe(self) -> str:
         """"checkpoint at step 4 of ftjob-..." or "final adapter of ftjob-..."."""
@@ -89,7 +93,8 @@ def find_parent(session: Session, owner_id: str, model_id: str) -> Parent | None
         if ckpt is None:
             raise _not_found(model_id)
         _require_succeeded(job, model_id)
-        return Parent(model_id, job.id, job.model, dict(job.train_config), ckpt.step_number, ckpt.storage_key)
+        return Parent(model_id, job.id, job.model, dict(job.train_config), ckpt.step_number, ckpt.storage_key,
+                      training_data_format(job.data_report))
     if model_id != (job.fine_tuned_model or fine_tuned_model_name(job.model, owner, job.suffix, job.id)):
         raise _not_found(model_id)
     _require_succeeded(job, model_id)
@@ -98,7 +103,7 @@ def find_parent(session: Session, owner_id: str, model_id: str) -> Parent | None
     if key is None:
         raise Conflict(f"model {model_id!r}: job {job.id} has no adapter to continue from", code="model_not_ready",
                        param="model")
-    return Parent(model_id, job.id, job.model, dict(job.train_config), None, key)
+    return Parent(model_id, job.id, job.model, dict(job.train_config), None, key, training_data_format(job.data_report))
 
 
 def is_deleted(session: Session, owner_id: str, model_id: str) -> bool:

@@ -8,6 +8,13 @@ fine-tuned models (a succeeded job's `fine_tuned_model`) and checkpoints (`...:c
 Found by exact lookup with tenancy (`lcsb_service.lineage.find_parent`, the lookup a continued job
 uses): unknown, another owner's, not yet succeeded, deleted, or naming another base: 404
 `model_not_found`, never a fallback to another model.
+
+Chat (`require_chat`): a model renders chat with the template it trained with. A base without a chat
+template (Gemma-3-270M's) has none, and neither has a model whose job trained on prompt/completion or text
+data: it learnt the raw prompt (`lcsb_core.data.tokenization`), so it answers `/v1/completions` with that
+prompt, and chat is refused for it as for such a base (400 `model_has_no_chat_template` naming the model).
+The one record of how a job trained is its data report (`job_records.training_data_format`), which serving
+(API and inference worker) and exports read.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION
 from lcsb_service.catalog import ModelInfo, find_model, list_models, model_object
 from lcsb_service.errors import Conflict, InvalidRequest, NotFound
 from lcsb_service.ids import unix, utcnow
@@ -31,13 +39,44 @@ from lcsb_service.status import JobStatus
 class ServedModel:
     """What serves `model_id`: the base folder `base` (a catalog `ModelInfo`) and, for a fine-tuned
     model or checkpoint, the storage key of its adapter archive (`adapter_key`, a .tar.gz holding one
-    PEFT folder) and its job (`job_id`, `step`: None for the job's final adapter)."""
+    PEFT folder), its job (`job_id`, `step`: None for the job's final adapter) and the format of the data
+    the job trained on (`data_format`: `chat`, `prompt_completion`, `text`; None for a base, or a job
+    that recorded none)."""
 
     model_id: str
     base: ModelInfo
     adapter_key: str | None = None
     job_id: str | None = None
     step: int | None = None
+    data_format: str | None = None
+
+    def chat_refusal(self) -> str | None:
+        """Why chat cannot be served with this model, naming it (None: it can): its base has no chat
+        template, or its job trained on prompt/completion or text data, without a chat template."""
+        if not self.base.has_chat_template:
+            return (f"model {self.model_id!r} has no chat template (its base {self.base.name} has none); "
+                    "use POST /v1/completions with a prompt")
+        if self.data_format is not None and self.data_format != CHAT:
+            data = "prompt/completion" if self.data_format == PROMPT_COMPLETION else self.data_format
+            return (f"model {self.model_id!r} has no chat template: job {self.job_id} trained it on {data} data, "
+                    "on the raw prompt without a chat template; use POST /v1/completions with a prompt as it "
+                    "trained on")
+        return None
+
+
+NO_CHAT_TEMPLATE = "model_has_no_chat_template"
+"""The error code of chat with a model that has no chat template (`ServedModel.chat_refusal`)."""
+
+
+def require_chat(target: ServedModel) -> None:
+    """Refuse chat with `target` where it has no chat template (`ServedModel.chat_refusal`).
+
+    Raises:
+        InvalidRequest: 400 `model_has_no_chat_template`, param `model`.
+    """
+    why = target.chat_refusal()
+    if why is not None:
+        raise InvalidRequest(why, code=NO_CHAT_TEMPLATE, param="model")
 
 
 def not_found(model_id: str) -> NotFound:
@@ -64,7 +103,7 @@ def resolve(session: Session, owner_id: str, model_id: str, model_dirs: list[Pat
     info = find_model(model_dirs, parent.base_model) if parent is not None else None
     if parent is None or info is None:
         raise not_found(model_id)
-    return ServedModel(model_id, info, parent.adapter_key, parent.job_id, parent.step)
+    return ServedModel(model_id, info, parent.adapter_key, parent.job_id, parent.step, parent.data_format)
 
 
 def list_served(session: Session, owner_id: str, model_dirs: list[Path]) -> list[dict[str, Any]]:

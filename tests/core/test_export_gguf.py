@@ -23,7 +23,14 @@ from lcsb_core.export.base import BaseGGUF, llama_permute
 from lcsb_core.export.bundle import export_adapter
 from lcsb_core.export.convert import gguf_alpha, plan_tensors, write_adapter_gguf, write_merged_gguf
 from lcsb_core.export.formats import parse_formats, refusals
-from lcsb_core.export.templates import PLAIN_TEMPLATE, ollama_prompt_format, render, render_go
+from lcsb_core.export.templates import (
+    PLAIN_TEMPLATE,
+    ollama_prompt_format,
+    render,
+    render_go,
+    render_ollama,
+    training_template,
+)
 from lcsb_core.models.catalog import SMOLLM2
 from lcsb_core.models.gguf_import import sha256_of
 
@@ -371,9 +378,28 @@ def test_ollama_template_renders_what_the_chat_template_renders():
     for system in (None, "Be brief."):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": "Hi"}]
         assert render_go(fmt, "Hi", system) == render(CHATML, messages)
+        later = [*messages, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+        assert render_ollama(fmt, later) == render(CHATML, later)   # no empty system block before a later turn
     plain = ollama_prompt_format(PLAIN_TEMPLATE, ["<s>"], eos="</s>")
     assert plain.template == "{{ .Prompt }}" and plain.stop == ("</s>",)
     assert render(PLAIN_TEMPLATE, [{"role": "user", "content": "Question: 2+2?\nAnswer:"}]) == "Question: 2+2?\nAnswer:"
+
+
+def test_a_prompt_completion_export_attaches_no_chat_template_it_never_trained_on(base_path, tmp_path):
+    """The base GGUF carries ChatML; a prompt/completion job trained on the raw prompt, so its merged file's
+    template, Modelfile and README give the prompt as it is, never a chat turn or a system prompt."""
+    entry = dataclasses.replace(SMOLLM2, gguf_sha256=sha256_of(base_path), gguf_file="base.gguf")
+    adapter = write_peft(tmp_path / "peft")
+    template = training_template(None, "prompt_completion", gguf_template=CHATML, adapter_dir=adapter)
+    export_adapter(adapter, tmp_path / "out", base_gguf=base_path, entry=entry, formats=["adapter", "merged-f16"],
+                   chat_template=template, data_format="prompt_completion")
+    merged = gguf.GGUFReader(tmp_path / "out" / "merged-f16.gguf")
+    assert merged.get_field("tokenizer.chat_template").contents() == PLAIN_TEMPLATE
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["chat_template"] == PLAIN_TEMPLATE
+    modelfile = (tmp_path / "out" / "Modelfile").read_text()
+    assert 'TEMPLATE """{{ .Prompt }}"""' in modelfile and "SYSTEM" not in modelfile and "im_start" not in modelfile
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert " -cnv" not in readme and "-no-cnv" in readme and "without a chat template" in readme  # no chat mode
 
 
 def test_export_folder_has_files_modelfile_readme_manifest(base_path, tmp_path):
@@ -441,8 +467,6 @@ def test_fast_header_parse_reads_what_the_stock_reader_reads(base_path):
 
 
 def test_the_template_saved_beside_the_adapter_comes_first_for_a_chat_job(tmp_path):
-    from lcsb_core.export.templates import training_template
-
     base_dir, adapter_dir = tmp_path / "base", tmp_path / "adapter"
     base_dir.mkdir()
     adapter_dir.mkdir()

@@ -11,7 +11,8 @@ into `<data_dir>/inference-adapters/gguf/`) on CPU, else `lcsb_core.inference.In
 `<data_dir>/inference-adapters/<hash of the storage key>/`.
 
 Records written: `start` (prompt tokens) or an `error` first (404 `model_not_found`, 400
-`context_length_exceeded` naming the field, 400 for a model with no chat template), then `delta`s,
+`context_length_exceeded` naming the field, 400 `model_has_no_chat_template` for chat with a model that
+has none: `ServedModel.chat_refusal`, before any model loads, then the engine's template), then `delta`s,
 then `end` (`stop` / `length`) or an `error` (500 `generation_failed`). A cancelled request (the
 client went away) stops within a token and leaves nothing behind.
 """
@@ -33,7 +34,7 @@ from lcsb_service.artifacts import fetch_adapter
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.chat import GenerationRequest
 from lcsb_service.errors import NotFound
-from lcsb_service.served_models import ServedModel, resolve
+from lcsb_service.served_models import NO_CHAT_TEMPLATE, ServedModel, resolve
 from lcsb_service.settings import Settings
 from lcsb_service.streams import TokenStreams, token_streams
 from worker.context import WorkerContext
@@ -151,12 +152,16 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
     from lcsb_core.inference import SamplingParams
 
     t0 = time.monotonic()
+    refusal = target.chat_refusal() if req.messages is not None else None
+    if refusal is not None:  # the API refuses these first; the payload is checked again here
+        streams.append(req.id, _error(400, NO_CHAT_TEMPLATE, refusal, "model"))
+        return
     engine = engine_for(ctx, target.base)
     adapter = adapter_folder(ctx, target.adapter_key) if target.adapter_key else None
     if req.messages is not None:
         template = engine.template_of(adapter)
         if not template:
-            streams.append(req.id, _error(400, "model_has_no_chat_template",
+            streams.append(req.id, _error(400, NO_CHAT_TEMPLATE,
                                           f"{req.model} has no chat template; use /v1/completions", "model"))
             return
         ids, field = engine.chat_prompt([m.model_dump() for m in req.messages], template), "messages"

@@ -20,7 +20,7 @@ then greedy at temperature 0, else `top_p`, temperature and a seeded draw.
 
 Every per-token result here is computed row by row (quantized weights times one activation row,
 attention over the sequence's own stream), so a sequence's tokens do not depend on which others run
-beside it: `tests/core/test_llama_batch.py` checks batched greedy answers against one-at-a-time ones.
+beside it: `tests/integration/test_llama_engine.py` checks batched greedy answers against one-at-a-time ones.
 """
 
 from __future__ import annotations
@@ -72,16 +72,19 @@ def sampler_chain(params: SamplingParams, vocab_size: int) -> Any:
 
 @dataclass
 class _Running:
-    job: int
-    pos: int
-    made: int
+    pos: int            # the position of `next_token` in the sequence
+    made: int           # tokens sampled so far
     sampler: Any
-    next_token: int
+    next_token: int     # the last token sampled, to decode at the next step
 
 
 class BatchDecoder:
     """One llama.cpp context on `model` (a `llama_model` pointer) for up to `slots` sequences of at most
     `seq_tokens` tokens each (prompt + new), `threads` CPU threads. KV cache: slots x seq_tokens cells.
+
+    Two ways to drive it: `run(jobs, end_ids)` decodes a list of jobs to the end (graded evaluation,
+    one request); `start` / `step` / `stop` drive single slots (a serving scheduler that admits requests
+    as they come, `lcsb_core.llama_serving`). Not thread-safe: one caller at a time.
 
     Raises:
         RuntimeError: llama.cpp could not make the context (out of memory).
@@ -108,12 +111,15 @@ class BatchDecoder:
         self.vocab_size = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self.batch = llama_cpp.llama_batch_init(N_BATCH, 0, 1)
         self.steps = 0          # llama_decode calls of the decode phase (one token per running sequence)
+        self.running: dict[int, _Running] = {}   # slot -> its sequence
 
     def close(self) -> None:
-        """Free the context and the batch (idempotent)."""
+        """Free the context, the batch and the running sequences' samplers (idempotent)."""
         import llama_cpp
 
         if self.ctx:
+            for slot in list(self.running):
+                llama_cpp.llama_sampler_free(self.running.pop(slot).sampler)
             llama_cpp.llama_batch_free(self.batch)
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
@@ -149,67 +155,127 @@ class BatchDecoder:
             last = start + len(chunk) == len(prompt)
             self._decode([(int(t), start + i, slot, last and i == len(chunk) - 1) for i, t in enumerate(chunk)])
 
-    def run(self, jobs: Sequence[SeqJob], end_ids: frozenset[int]) -> Generator[tuple[int, int], None, None]:
-        """Decode every job; yields (job index, token id) as each token is made, an end token included
-        (then that job is done). A job ends at an end token, at `max_new_tokens`, or when its
-        `should_stop()` is true before a token (nothing more is yielded for it). Jobs start in order as
-        slots free up. Closing the iterator early frees every slot.
+    def check(self, job: SeqJob) -> None:
+        """Raises ValueError when `job` cannot run here: an empty prompt, or its prompt plus
+        `max_new_tokens` over `seq_tokens`."""
+        if not job.prompt or len(job.prompt) + job.params.max_new_tokens > self.seq_tokens:
+            raise ValueError(f"a prompt of {len(job.prompt)} tokens plus {job.params.max_new_tokens} new does not "
+                             f"fit a sequence of {self.seq_tokens} tokens")
+
+    def free_slots(self) -> list[int]:
+        """The slots no sequence holds, lowest first."""
+        return [s for s in range(self.slots) if s not in self.running]
+
+    def start(self, slot: int, job: SeqJob) -> int:
+        """Prefill `job`'s prompt into the free `slot` (with the adapter set on the context now) and
+        sample its first token; returns it. The slot then holds the sequence until `stop(slot)`.
 
         Raises:
-            ValueError: a job's prompt is empty, or its prompt plus max_new_tokens exceed `seq_tokens`.
+            ValueError: as `check`, or `slot` is taken.
             RuntimeError: llama.cpp failed to decode.
         """
         import llama_cpp
 
-        for i, job in enumerate(jobs):
-            if not job.prompt or len(job.prompt) + job.params.max_new_tokens > self.seq_tokens:
-                raise ValueError(f"job {i}: prompt of {len(job.prompt)} tokens plus {job.params.max_new_tokens} new "
-                                 f"does not fit a sequence of {self.seq_tokens} tokens")
-        llama_cpp.llama_memory_clear(self.mem, True)
-        waiting = deque(range(len(jobs)))
-        running: dict[int, _Running] = {}
+        self.check(job)
+        if slot in self.running or not 0 <= slot < self.slots:
+            raise ValueError(f"slot {slot} is not free")
+        llama_cpp.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        self.running[slot] = _Running(len(job.prompt), 0, sampler_chain(job.params, self.vocab_size), -1)
+        try:
+            self._prefill(slot, job.prompt)
+        except BaseException:
+            self.stop(slot)
+            raise
+        return self._sample(slot, -1)
 
-        def finish(slot: int) -> None:
-            llama_cpp.llama_sampler_free(running.pop(slot).sampler)
+    def _sample(self, slot: int, idx: int) -> int:
+        import llama_cpp
+
+        r = self.running[slot]
+        token = int(llama_cpp.llama_sampler_sample(r.sampler, self.ctx, idx))
+        r.made += 1
+        r.next_token = token
+        return token
+
+    def step(self, slots: Sequence[int]) -> list[int]:
+        """Decode the last sampled token of each of `slots` (running sequences) in one llama_decode, in
+        increasing slot order, and sample the next one of each; returns them in the order of `slots`.
+        The caller stops a sequence (`stop`) at its end token or token limit instead of stepping it.
+
+        Raises:
+            RuntimeError: llama.cpp failed to decode.
+        """
+        order = sorted(slots)
+        self._decode([(self.running[s].next_token, self.running[s].pos, s, True) for s in order])
+        self.steps += 1
+        made = {}
+        for idx, slot in enumerate(order):
+            self.running[slot].pos += 1
+            made[slot] = self._sample(slot, idx)
+        return [made[s] for s in slots]
+
+    def made(self, slot: int) -> int:
+        """Tokens the sequence in `slot` has sampled."""
+        return self.running[slot].made
+
+    def stop(self, slot: int) -> None:
+        """Free `slot`: its sampler and its KV cells (a no-op for a free slot)."""
+        import llama_cpp
+
+        r = self.running.pop(slot, None)
+        if r is not None:
+            llama_cpp.llama_sampler_free(r.sampler)
             llama_cpp.llama_memory_seq_rm(self.mem, slot, -1, -1)
 
-        def sample(slot: int, idx: int) -> Iterator[tuple[int, int]]:
-            r = running[slot]
-            token = int(llama_cpp.llama_sampler_sample(r.sampler, self.ctx, idx))
-            r.made += 1
-            yield r.job, token
-            if token in end_ids or r.made >= jobs[r.job].params.max_new_tokens:
-                finish(slot)
-            else:
-                r.next_token = token
+    def run(self, jobs: Sequence[SeqJob], end_ids: frozenset[int]) -> Generator[tuple[int, int], None, None]:
+        """Decode every job; yields (job index, token id) as each token is made, an end token included
+        (then that job is done). A job ends at an end token, at `max_new_tokens`, or when its
+        `should_stop()` is true before a token (nothing more is yielded for it). Jobs start in order as
+        slots free up (the lowest free slot first). Closing the iterator early frees every slot.
+
+        Raises:
+            ValueError: a job's prompt is empty, or its prompt plus max_new_tokens exceed `seq_tokens`;
+                slots are already held (`start` was used without `stop`).
+            RuntimeError: llama.cpp failed to decode.
+        """
+        for i, job in enumerate(jobs):
+            try:
+                self.check(job)
+            except ValueError as exc:
+                raise ValueError(f"job {i}: {exc}") from None
+        if self.running:
+            raise ValueError(f"slots {sorted(self.running)} are held")
+        waiting = deque(range(len(jobs)))
+        owner: dict[int, int] = {}   # slot -> job index
+
+        def after(slot: int, token: int) -> Iterator[tuple[int, int]]:
+            j = owner[slot]
+            yield j, token
+            if token in end_ids or self.made(slot) >= jobs[j].params.max_new_tokens:
+                self.stop(slot)
+                del owner[slot]
 
         try:
-            while waiting or running:
-                for slot in range(self.slots):          # admit: the lowest free slots, prompts in order
+            while waiting or owner:
+                for slot in self.free_slots():          # admit: the lowest free slots, prompts in order
+                    while waiting and jobs[waiting[0]].should_stop():
+                        waiting.popleft()
                     if not waiting:
                         break
-                    if slot in running:
-                        continue
                     j = waiting.popleft()
-                    job = jobs[j]
-                    if job.should_stop():
-                        continue
-                    running[slot] = _Running(j, len(job.prompt), 0, sampler_chain(job.params, self.vocab_size), -1)
-                    self._prefill(slot, job.prompt)
-                    yield from sample(slot, -1)
-                for slot in [s for s, r in running.items() if jobs[r.job].should_stop()]:
-                    finish(slot)
-                order = sorted(running)
+                    owner[slot] = j
+                    yield from after(slot, self.start(slot, jobs[j]))
+                for slot in [s for s, j in owner.items() if jobs[j].should_stop()]:
+                    self.stop(slot)
+                    del owner[slot]
+                order = sorted(owner)
                 if not order:
                     continue
-                self._decode([(running[s].next_token, running[s].pos, s, True) for s in order])
-                self.steps += 1
-                for idx, slot in enumerate(order):
-                    running[slot].pos += 1
-                    yield from sample(slot, idx)
+                for slot, token in zip(order, self.step(order), strict=True):
+                    yield from after(slot, token)
         finally:
-            for slot in list(running):
-                finish(slot)
+            for slot in list(owner):
+                self.stop(slot)
 
 
 def generate_batch(decoder: BatchDecoder, prompts: Sequence[Sequence[int]], params: SamplingParams,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any
 from lcsb_core.errors import ModelLoadError
 from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, cut_stops, end_tokens, finish_reason
 from lcsb_core.llama_batch import BatchDecoder, SeqJob
+from lcsb_core.llama_serving import ContinuousBatcher
 from lcsb_core.lru import LruBound
 
 MAX_CONTEXT = 8192   # tokens of KV cache per engine (Gemma-3-270M's 32,768 would hold ~0.6 GB for nothing)
@@ -64,22 +66,24 @@ class GGUFAdapterCache:
         path = self.lora_dir / f"{sha}.gguf"
         if not path.is_file():
             self.lora_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+            tmp = path.with_name(f"{path.name}.partial-{os.getpid()}-{threading.get_ident()}")
             self.convert(adapter_dir, tmp)
             tmp.rename(path)
             self.conversions += 1
         return path
 
-    def get(self, adapter_dir: Path, before_evict: Callable[[str], None]) -> tuple[str, Any]:
-        """(SHA-256, llama_adapter_lora pointer) of `adapter_dir`, loaded now if not cached.
-        `before_evict(sha)` runs before an adapter is freed (the context must not hold it then).
+    def get(self, adapter_dir: Path, before_evict: Callable[[str], None], *, sha: str | None = None,
+            keep: frozenset[str] = frozenset()) -> tuple[str, Any]:
+        """(SHA-256, llama_adapter_lora pointer) of `adapter_dir` (`sha`: its `adapter_hash`, when known),
+        loaded now if not cached. `before_evict(sha)` runs before an adapter is freed (the context must
+        not hold it then); adapters in `keep` (in use by requests) are not evicted.
 
         Raises:
             ModelLoadError: llama.cpp refused the converted file.
         """
         import llama_cpp
 
-        sha = adapter_hash(adapter_dir)
+        sha = sha or adapter_hash(adapter_dir)
         if self.lru.touch(sha):
             return sha, self.handles[sha]
         path = self.gguf_of(adapter_dir, sha)
@@ -88,7 +92,7 @@ class GGUFAdapterCache:
             raise ModelLoadError(f"llama.cpp could not load the LoRA adapter converted from {adapter_dir.name}")
         self.loads += 1
         self.handles[sha] = handle
-        for oldest in self.lru.add(sha, path.stat().st_size / MIB):
+        for oldest in self.lru.add(sha, path.stat().st_size / MIB, keep):
             before_evict(oldest)
             llama_cpp.llama_adapter_lora_free(self.handles.pop(oldest))
         return sha, handle
@@ -100,13 +104,15 @@ class GGUFAdapterCache:
 
 
 class LlamaGeneration:
-    """One generation: iterate for text pieces; then `finish_reason` ("stop", "length", or "cancelled"
-    when `should_stop` ended it), `completion_tokens` and `tokens` (the ids made, an end token included)."""
+    """One generation, decoded by the engine's `ContinuousBatcher` beside the other requests in
+    flight: iterate for text pieces; then `finish_reason` ("stop", "length", or "cancelled" when
+    `should_stop` ended it), `completion_tokens` and `tokens` (the ids made, an end token included).
+    Leaving the iteration early (a stop string, a consumer that stops reading) frees its slot."""
 
-    def __init__(self, engine: LlamaEngine, adapter: tuple[str, Any] | None, prompt_ids: list[int],
-                 params: SamplingParams, should_stop: Callable[[], bool]) -> None:
-        self.engine, self.adapter, self.prompt_ids, self.params = engine, adapter, prompt_ids, params
-        self.should_stop = should_stop
+    def __init__(self, engine: LlamaEngine, prompt_ids: list[int], params: SamplingParams,
+                 made: queue.SimpleQueue[int | BaseException | None], left: threading.Event) -> None:
+        self.engine, self.prompt_ids, self.params = engine, prompt_ids, params
+        self.made, self.left = made, left
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         self.completion_tokens = 0
@@ -115,24 +121,23 @@ class LlamaGeneration:
         """Text pieces as tokens are made (a partial UTF-8 character waits for the rest of it)."""
         engine = self.engine
         printed = 0
-        run = engine.decoder.run([SeqJob(self.prompt_ids, self.params, self.should_stop)], engine.end_token_ids)
         try:
-            for _, token in run:
-                self.tokens.append(token)
-                if token in engine.end_token_ids:
+            while (item := self.made.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                self.tokens.append(item)
+                if item in engine.end_token_ids:
                     return
                 text = engine.tokenizer.decode(self.tokens, skip_special_tokens=True)
                 if not text.endswith("\ufffd") and len(text) > printed:
                     yield text[printed:]
                     printed = len(text)
         finally:
-            run.close()
+            self.left.set()   # the consumer stopped reading: the batcher frees the slot
 
     def __iter__(self) -> Iterator[str]:
         hit: list[bool] = []
-        with self.engine.lock:
-            self.engine.use(self.adapter)
-            yield from cut_stops(self._texts(), self.params.stop, lambda: hit.append(True))
+        yield from cut_stops(self._texts(), self.params.stop, lambda: hit.append(True))
         self.completion_tokens = len(self.tokens)
         self.finish_reason = finish_reason(bool(hit), self.tokens, self.engine.end_token_ids,
                                            self.params.max_new_tokens)
@@ -181,8 +186,9 @@ class LlamaEngine(Prompting):
         self._base_gguf: Any = None
         self.adapters = GGUFAdapterCache(self.model, lora_dir, self._convert, max_count=max_adapters,
                                          max_mib=max_adapter_mib)
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()     # held for every use of the context and the adapter cache
         self._active: str | None = None   # SHA-256 of the adapter set on the context; None: the base alone
+        self._batcher: ContinuousBatcher | None = None
 
     @property
     def context_length(self) -> int:
@@ -201,6 +207,19 @@ class LlamaEngine(Prompting):
         adapter = read_adapter(adapter_dir)
         check_exportable(adapter.config, (ADAPTER,), tied_embeddings=self._base_gguf.tied_embeddings)
         write_adapter_gguf(adapter, self._base_gguf, plan_tensors(adapter, self._base_gguf), out)
+
+    @property
+    def batcher(self) -> ContinuousBatcher:
+        """The scheduler that decodes `stream`'s requests together (started on first use)."""
+        with self.lock:
+            if self._batcher is None:
+                self._batcher = ContinuousBatcher(self)
+            return self._batcher
+
+    @property
+    def active_adapter(self) -> str | None:
+        """SHA-256 of the adapter set on the context now (None: the base alone)."""
+        return self._active
 
     def use(self, adapter: tuple[str, Any] | None) -> None:
         """Set `adapter` ((SHA-256, pointer); None: none) on the context.
@@ -236,9 +255,18 @@ class LlamaEngine(Prompting):
                 the base GGUF lacks, or is of another base).
             ModelLoadError: llama.cpp refused the converted adapter.
         """
-        with self.lock:
-            adapter = self.adapters.get(adapter_dir, self._detach) if adapter_dir is not None else None
-        return LlamaGeneration(self, adapter, prompt_ids, params, should_stop)
+        sha = None
+        if adapter_dir is not None:
+            sha = adapter_hash(adapter_dir)
+            self.adapters.gguf_of(adapter_dir, sha)   # converted outside the lock: others keep decoding
+        left = threading.Event()
+        job = SeqJob(prompt_ids, params, lambda: left.is_set() or should_stop())
+        with self.lock:   # loaded and queued at once: no other request can evict it in between
+            batcher = self.batcher
+            adapter = (self.adapters.get(adapter_dir, self._detach, sha=sha, keep=batcher.in_use())
+                       if adapter_dir is not None else None)
+            made = batcher.submit(adapter, job)
+        return LlamaGeneration(self, prompt_ids, params, made, left)
 
     def generate_batch(self, prompts: list[list[int]], adapter_dir: Path | None, params: SamplingParams,
                        on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:
@@ -272,6 +300,8 @@ class LlamaEngine(Prompting):
         """Free the decoder's context, the adapters and the model (the engine is unusable after)."""
         import llama_cpp
 
+        if self._batcher is not None:
+            self._batcher.close()
         with self.lock:
             self.decoder.close()
             for handle in self.adapters.handles.values():

@@ -38,14 +38,18 @@ class LruBound:
         self.sizes.move_to_end(name)
         return True
 
-    def add(self, name: str, mib: float) -> list[str]:
+    def add(self, name: str, mib: float, keep: frozenset[str] = frozenset()) -> list[str]:
         """Hold `name` (`mib` MiB) as the most recently used, and return the names that must go, oldest
-        first, to keep within both bounds: never `name` itself. The returned names are no longer held."""
+        first, to keep within both bounds: never `name` itself nor a name in `keep` (in use now: the
+        cache then stays over its bounds until they are released and the next add). The returned names
+        are no longer held."""
         self.sizes[name] = mib
         self.sizes.move_to_end(name)
         evicted: list[str] = []
-        while len(self.sizes) > 1 and (len(self.sizes) > self.max_count or self.mib > self.max_mib):
-            oldest = next(n for n in self.sizes if n != name)
+        while len(self.sizes) > self.max_count or self.mib > self.max_mib:
+            oldest = next((n for n in self.sizes if n != name and n not in keep), None)
+            if oldest is None:
+                break
             del self.sizes[oldest]
             evicted.append(oldest)
         return evicted

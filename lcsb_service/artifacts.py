@@ -127,7 +127,8 @@ def _put_public_json(path: Path, key: str, storage: Storage, public_paths: dict[
 def publish_run(session: Session, storage: Storage, *, job_id: str, owner_id: str, run_dir: str | Path,
                 public_paths: dict[str, str] | None = None) -> list[str]:
     """Upload a finished run's adapter, selection history, metrics, summary, config, plots and every
-    graded evaluation's answers (`eval_samples/step-<N>.jsonl`) as artifacts; register `metrics.csv` as a result file. Returns the result file ids (for `finish`).
+    graded evaluation's answers (`eval_samples/step-<N>.jsonl`) as artifacts; register `metrics.csv`
+    as a result file. Returns the result file ids (for `finish`).
 
     The JSON files name no worker path: paths under the run folder become relative to it, paths under
     a folder of `public_paths` (local folder -> public name, "" to drop it) are renamed, any other

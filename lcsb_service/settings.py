@@ -154,7 +154,10 @@ class Settings(BaseSettings):
     # CPU); "llama_cpp" / "transformers" force one (docs/inference.md has the measurements).
     # The API answers 400 past `inference_max_new_tokens` and 503 `server_overloaded` (Retry-After
     # `api_retry_after_s`) while `inference_max_pending` of its requests are in flight; a request no
-    # worker starts within `inference_start_timeout_s` is 503 too.
+    # worker starts within `inference_start_timeout_s` is 503 too. An inference worker takes up to
+    # `inference_max_sequences` requests at once (Celery threads) and the llama.cpp engine decodes them
+    # together (continuous batching, `lcsb_core.llama_serving`); fewer slots where their KV cache would not
+    # fit the memory cap (`worker.inference.serving.sequence_slots`); the transformers engine one at a time.
     inference_queue: str = Field(default="lcsb-inference", min_length=1, max_length=100)
     inference_device: Literal["cpu", "cuda"] = "cpu"
     inference_memory_mib: int = Field(default=4096, gt=0)
@@ -164,6 +167,7 @@ class Settings(BaseSettings):
     inference_adapter_cache_mib: int = Field(default=512, ge=1)
     inference_max_new_tokens: int = Field(default=512, ge=1)
     inference_max_pending: int = Field(default=16, ge=0)
+    inference_max_sequences: int = Field(default=4, ge=1, le=64)
     inference_start_timeout_s: float = Field(default=120.0, gt=0)
     inference_stream_ttl_s: float = Field(default=600.0, gt=0)   # a request's payload and stream expire
     broker_visibility_timeout_s: float | None = None        # default: job_time_limit_s + grace + 1 h

@@ -11,7 +11,8 @@ the shared ones (`worker.tasks`) and its kind's (`worker.<kind>.tasks`). A train
 the queue of its class (`LCSB_WORKER_QUEUE`) and runs each job in its own child process: one job at a
 time under the class's memory cap (solo pool), or, with the class's `max_concurrent_jobs` N > 1, up to
 N at once (threads pool, N threads), each under its own memory reservation (`worker.training.admission`).
-An inference worker (`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, one request at a time, and
+An inference worker (`--kind inference`) consumes `LCSB_INFERENCE_QUEUE`, up to `LCSB_INFERENCE_MAX_SEQUENCES`
+requests at once (threads pool; the llama.cpp engine decodes them together), and
 caps its own process at `LCSB_INFERENCE_MEMORY_MIB` (`worker.limits`: a cgroup of its own, else an
 address-space limit) before anything loads a model. An export worker (`--kind export`) does the same
 with `LCSB_EXPORT_QUEUE` and `LCSB_EXPORT_MEMORY_MIB`, one export at a time, and never imports torch
@@ -41,11 +42,13 @@ def pool_options(slots: int) -> list[str]:
 
 
 def worker_argv(extra: list[str] | None = None, kind: WorkerKind = WorkerKind.TRAINING) -> list[str]:
-    """Celery worker options for this worker's class (an inference or export worker: its kind's queue,
-    one task at a time)."""
+    """Celery worker options for this worker's class (an inference worker: its queue, up to
+    `inference_max_sequences` requests at once, one thread each; an export worker: its queue, one
+    export at a time)."""
     own = KIND_QUEUE_SETTING.get(kind)
     queue = getattr(settings, own[0]) if own else settings.worker_class.queue
-    slots = 1 if own else settings.worker_class.max_concurrent_jobs
+    slots = (settings.inference_max_sequences if kind == WorkerKind.INFERENCE else 1) if own \
+        else settings.worker_class.max_concurrent_jobs
     return ["worker", "--queues", queue, *pool_options(slots), "--without-mingle",
             "--without-gossip", "--without-heartbeat", "--hostname", f"{queue}-{os.getpid()}@%h",
             "--loglevel", settings.log_level, *(extra or [])]

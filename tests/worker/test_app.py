@@ -115,7 +115,8 @@ def test_the_worker_kind_comes_from_the_command_line(tmp_path, monkeypatch, caps
 
 def test_the_pool_follows_the_class_slots(tmp_path, monkeypatch):
     """One job slot (the default): the solo pool, concurrency 1, as before slots existed; N slots: a
-    threads pool of N (each thread supervises its own training process); inference: always solo."""
+    threads pool of N (each thread supervises its own training process); inference: a threads pool of
+`inference_max_sequences` (its engine batches them); export: always solo."""
     import importlib
     import json
 
@@ -131,7 +132,12 @@ def test_the_pool_follows_the_class_slots(tmp_path, monkeypatch):
     assert WorkerClass(queue="q", memory_mib=1).max_concurrent_jobs == 1
     assert argv([{"queue": "q", "memory_mib": 8192}]) == ["solo", "1"]
     assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}]) == ["threads", "3"]
-    assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.INFERENCE) == ["solo", "1"]
+    # inference: LCSB_INFERENCE_MAX_SEQUENCES threads (default 4), whatever the training class says
+    inference = argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.INFERENCE)
+    assert inference == ["threads", "4"]
+    monkeypatch.setenv("LCSB_INFERENCE_MAX_SEQUENCES", "1")
+    assert argv([{"queue": "q", "memory_mib": 8192}], WorkerKind.INFERENCE) == ["solo", "1"]
+    monkeypatch.delenv("LCSB_INFERENCE_MAX_SEQUENCES")
     assert argv([{"queue": "q", "memory_mib": 8192, "max_concurrent_jobs": 3}], WorkerKind.EXPORT) == ["solo", "1"]
     with pytest.raises(ValidationError, match="max_concurrent_jobs"):
         WorkerClass(queue="q", memory_mib=1, max_concurrent_jobs=0)

@@ -8,8 +8,10 @@ the worker's resident memory over 200 adapter switches.
         --broker-url redis://127.0.0.1:6379/0                                                  # production shape
 
 The stack: uvicorn API (the Celery enqueuer), one `python -m worker --kind training` to train the five
-adapters, one `python -m worker --kind inference` (Celery's solo pool: one request at a time, in the
-worker's own process, whose resident set is what is measured). `--stack embedded` (default) is README
+adapters, then for each `--sequences` setting S (default 1, 4, 8) one `python -m worker --kind inference`
+with `LCSB_INFERENCE_MAX_SEQUENCES=S` (S = 1: Celery's solo pool, one request at a time, as before
+continuous batching; S > 1: S threads whose requests the engine decodes together), side by side in
+one run. `--stack embedded` (default) is README
 command 1's: SQLite, the filesystem broker, file token streams; `--stack redis` uses the given
 PostgreSQL and Redis (Redis Streams).
 
@@ -17,7 +19,9 @@ The five adapters are real: one short SmolLM2 job (fp32, LoRA rank 8, 10 steps a
 training questions from ../shared/data, a checkpoint every 2 steps): its `fine_tuned_model` and its four
 checkpoints (steps 2, 4, 6, 8), each answering with its own adapter.
 
-Part 1 (`clients`): `--clients` threads start together, client i streams a chat completion (the official
+Part 1, per setting: one stream alone (`one_stream_tokens_per_s`: completion tokens / wall time), then
+`--same-adapter-streams` (8) streams on one adapter at once (aggregate tokens/s and its ratio to one
+stream), then (`clients`) `--clients` threads start together, client i streams a chat completion (the official
 `openai` client, temperature 0, `--tokens` new tokens, a GSM8K test question of about 100 prompt tokens)
 from adapter i mod 5; the worker's adapter cache holds all five (Settings defaults: 8 adapters, 512 MiB).
 `inference_max_pending` is set to the number of clients, so the API's fast 503 (its default bound 16) is
@@ -164,13 +168,13 @@ def one_stream(oa: Any, model: str, question: str, tokens: int, t_start: float) 
 
 
 def clients_part(url: str, key: str, models: list[str], questions: list[str], clients: int,
-                 tokens: int) -> dict[str, Any]:
+                 tokens: int, warm: bool = True) -> dict[str, Any]:
     from openai import OpenAI
 
     oa = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=900)
     # one warm request per adapter first: the base's load and each adapter's first conversion are the
     # "first request after a job" case, measured elsewhere (bench/serving_speed.py)
-    for m in models:
+    for m in models if warm else []:
         one_stream(oa, m, questions[0], 2, time.perf_counter())
     results: list[dict[str, Any]] = [{} for _ in range(clients)]
     barrier = threading.Barrier(clients + 1)
@@ -238,6 +242,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--switches", type=int, default=200)
     ap.add_argument("--threads", type=int, default=0, help="the inference worker's threads (0: its own rule)")
+    ap.add_argument("--sequences", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4, 8],
+                    help="LCSB_INFERENCE_MAX_SEQUENCES settings, one inference worker each, side by side")
+    ap.add_argument("--same-adapter-streams", type=int, default=8, help="concurrent streams on one adapter")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     started = datetime.now(UTC)
@@ -279,14 +286,28 @@ def main() -> None:
         questions = [r["messages"][0]["content"] for r in gsm8k_chat(DATA / "gsm8k" / "test.jsonl", args.clients)]
         print(f"trained {len(models)} adapters in {train_s:.0f} s", flush=True)
 
-        inf = Proc(worker_cmd + ["inference"], env, tmp / "inference.log", "LCSB worker ready")
-        procs.append(inf)
-        part1 = clients_part(url, key, models, questions, args.clients, args.tokens)
-        part1["worker_rss_mib_after"] = vm_rss_mib(inf.p.pid)
-        inf.stop()
-        print(f"{args.clients} clients: {part1['errors']} errors, {part1['incomplete']} incomplete, TTFT p50 "
-              f"{part1['ttft_p50_s']:.2f} s p99 {part1['ttft_p99_s']:.2f} s, decode p50 "
-              f"{part1['decode_tokens_per_s_p50']:.1f} tok/s, all in {part1['wall_s']:.1f} s", flush=True)
+        per_setting: dict[str, Any] = {}
+        for sequences in args.sequences:
+            env1 = {**env, "LCSB_INFERENCE_MAX_SEQUENCES": str(sequences)}
+            inf = Proc(worker_cmd + ["inference"], env1, tmp / f"inference-{sequences}.log", "LCSB worker ready")
+            procs.append(inf)
+            one = clients_part(url, key, models[:1], questions, 1, args.tokens)
+            same = clients_part(url, key, models[:1], questions, args.same_adapter_streams, args.tokens, warm=False)
+            part1 = clients_part(url, key, models, questions, args.clients, args.tokens)
+            part1["worker_rss_mib_after"] = vm_rss_mib(inf.p.pid)
+            inf.stop()
+            engine = re.search(r"loaded base \S+ \(([^,]+), ([^,]+), (\d+) threads, (\d+) sequences", inf.text())
+            rate = lambda r: r["completion_tokens"] / r["wall_s"]  # noqa: E731 - aggregate tokens/s of a part
+            per_setting[str(sequences)] = {
+                "engine": engine.groups() if engine else None,
+                "one_stream_tokens_per_s": rate(one), "one_stream": one,
+                "same_adapter_tokens_per_s": rate(same), "same_adapter_vs_one": rate(same) / rate(one),
+                "same_adapter": same, "clients": part1}
+            print(f"max_sequences {sequences}: one stream {rate(one):.1f} tok/s; {args.same_adapter_streams} streams "
+                  f"on one adapter {rate(same):.1f} tok/s ({rate(same) / rate(one):.2f}x); {args.clients} clients: "
+                  f"{part1['errors']} errors, {part1['incomplete']} incomplete, TTFT p50 {part1['ttft_p50_s']:.2f} s "
+                  f"p99 {part1['ttft_p99_s']:.2f} s, decode p50 {part1['decode_tokens_per_s_p50']:.1f} tok/s, all in "
+                  f"{part1['wall_s']:.1f} s", flush=True)
 
         env2 = {**env, "LCSB_INFERENCE_ADAPTER_CACHE_COUNT": "2"}
         inf2 = Proc(worker_cmd + ["inference"], env2, tmp / "inference-switches.log", "LCSB worker ready")
@@ -296,9 +317,9 @@ def main() -> None:
               f" -> end {part2['rss_mib'][-1]:.0f} MiB (max {part2['rss_mib_max']:.0f}), slope over the second half "
               f"{part2['rss_slope_mib_per_switch_second_half']:+.3f} MiB/switch, {part2['adapter_loads_logged']} "
               f"adapter loads logged", flush=True)
-        engine = re.search(r"loaded base \S+ \(([^,]+), ([^,]+), (\d+) threads\)", inf2.text())
+        engine = re.search(r"loaded base \S+ \(([^,]+), ([^,]+), (\d+) threads, (\d+) sequences", inf2.text())
         result = {"stack": args.stack, "adapters_trained_s": train_s, "models": models,
-                  "engine": engine.groups() if engine else None, "clients": part1, "switches": part2,
+                  "engine": engine.groups() if engine else None, "max_sequences": per_setting, "switches": part2,
                   "load_average_after": list(os.getloadavg())}
         if args.out:
             write_result(args.out, result, vars(args) | {"out": str(args.out)}, started=started,

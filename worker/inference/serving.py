@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lcsb_core.llama_engine import MAX_CONTEXT
 from lcsb_service.artifacts import fetch_adapter
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.chat import GenerationRequest
@@ -42,6 +43,7 @@ from worker.threads import thread_policy
 
 log = logging.getLogger(__name__)
 _engines: dict[str, Any] = {}
+_serial_locks: dict[int, threading.Lock] = {}
 _lock = threading.Lock()
 
 
@@ -59,12 +61,15 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
             if gguf is not None:
                 from lcsb_core.llama_engine import LlamaEngine
 
+                n_ctx = min(MAX_CONTEXT, base.context_length)
+                slots = sequence_slots(s, kv_mib_per_token(base.path) * n_ctx, gguf.stat().st_size / 2**20)
                 _engines[base.name] = LlamaEngine(base.path, gguf, threads=threads,
                                                   lora_dir=s.data_dir.resolve() / "inference-adapters" / "gguf",
                                                   max_adapters=s.inference_adapter_cache_count,
-                                                  max_adapter_mib=s.inference_adapter_cache_mib)
-                log.info("loaded base %s (llama.cpp, %s, %d threads) in %.1f s", base.name, gguf.name, threads,
-                         time.monotonic() - t0)
+                                                  max_adapter_mib=s.inference_adapter_cache_mib,
+                                                  n_ctx=n_ctx, slots=slots)
+                log.info("loaded base %s (llama.cpp, %s, %d threads, %d sequences of %d tokens) in %.1f s",
+                         base.name, gguf.name, threads, slots, n_ctx, time.monotonic() - t0)
             else:
                 import torch
 
@@ -79,6 +84,36 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
                 log.info("loaded base %s (transformers, %s, %s) in %.1f s", base.name, s.inference_precision,
                          s.inference_device, time.monotonic() - t0)
         return _engines[base.name]
+
+
+def kv_mib_per_token(base_path: Path) -> float:
+    """MiB of llama.cpp's f16 KV cache per token of one sequence of the model at `base_path`: keys and
+    values of every layer, 2 x layers x KV heads x head size x 2 bytes (from its `config.json`; Gemma's
+    sliding-window layers are counted whole, an upper bound)."""
+    import json
+
+    config = json.loads((base_path / "config.json").read_text())
+    config = config.get("text_config", config)
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    return 2 * int(config["num_hidden_layers"]) * int(config.get("num_key_value_heads", heads)) * head_dim * 2 / 2**20
+
+
+def sequence_slots(s: Settings, kv_mib_per_sequence: float, model_mib: float) -> int:
+    """Sequences one llama.cpp engine decodes together: `inference_max_sequences`, fewer where their KV
+    cache would take more than half of what the memory cap leaves beside the model and the adapter
+    cache (the other half: a second base, compute buffers, the tokenizer); at least 1. A reduction is
+    logged with the setting to change.
+
+    SmolLM2-135M at 8,192 tokens: 180 MiB per sequence; the defaults (4,096 MiB cap, 512 MiB of
+    adapters) leave room for 9, so 4 (the default) run."""
+    budget = (s.inference_memory_mib - s.inference_adapter_cache_mib - model_mib) / 2
+    fits = max(1, int(budget // kv_mib_per_sequence))
+    if fits < s.inference_max_sequences:
+        log.warning("%d sequences fit the KV budget (%.0f MiB, %.0f MiB each) of LCSB_INFERENCE_MEMORY_MIB %d, "
+                    "not LCSB_INFERENCE_MAX_SEQUENCES %d", fits, budget, kv_mib_per_sequence,
+                    s.inference_memory_mib, s.inference_max_sequences)
+    return min(s.inference_max_sequences, fits)
 
 
 def _base_gguf(s: Settings, base: ModelInfo) -> Path | None:
@@ -149,8 +184,6 @@ def serve(ctx: WorkerContext, rid: str) -> None:
 
 
 def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest, target: ServedModel) -> None:
-    from lcsb_core.inference import SamplingParams
-
     t0 = time.monotonic()
     refusal = target.chat_refusal() if req.messages is not None else None
     if refusal is not None:  # the API refuses these first; the payload is checked again here
@@ -177,6 +210,27 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
                                       f"({req.max_new_tokens}) exceed {req.model}'s context of {context} tokens",
                                       param))
         return
+    with _serial(engine):
+        _answer(streams, req, engine, ids, adapter, t0)
+
+
+def _serial(engine: Any) -> Any:
+    """A lock that makes this worker's requests on `engine` take turns, for an engine that decodes one
+    request at a time (transformers); a no-op for llama.cpp's, whose batcher decodes them together."""
+    from contextlib import nullcontext
+
+    from lcsb_core.llama_engine import LlamaEngine
+
+    if isinstance(engine, LlamaEngine):
+        return nullcontext()
+    with _lock:
+        return _serial_locks.setdefault(id(engine), threading.Lock())
+
+
+def _answer(streams: TokenStreams, req: GenerationRequest, engine: Any, ids: list[int], adapter: Path | None,
+            t0: float) -> None:
+    from lcsb_core.inference import SamplingParams
+
     run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature,
                                                      top_p=req.top_p, seed=req.seed, stop=tuple(req.stop),
                                                      frequency_penalty=req.frequency_penalty,

@@ -21,12 +21,14 @@ checkpoints (steps 2, 4, 6, 8), each answering with its own adapter.
 
 Part 1, per setting: one stream alone (`one_stream_tokens_per_s`: completion tokens / wall time), then
 `--same-adapter-streams` (8) streams on one adapter at once (aggregate tokens/s and its ratio to one
-stream), then (`clients`) `--clients` threads start together, client i streams a chat completion (the official
-`openai` client, temperature 0, `--tokens` new tokens, a GSM8K test question of about 100 prompt tokens)
-from adapter i mod 5; the worker's adapter cache holds all five (Settings defaults: 8 adapters, 512 MiB).
-`inference_max_pending` is set to the number of clients, so the API's fast 503 (its default bound 16) is
-not what is measured. Reported: errors, streams that ended without `finish_reason`, time to first token
-from the request's start (p50, p99, max: a solo worker answers one request at a time, so the last client
+stream), both text completions of one story opening (`STORY`, greedy: every answer runs to `--tokens`,
+so decoding, not prefill, is what they time), then (`clients`) `--clients` threads start together,
+client i streams a chat completion (the official `openai` client, temperature 0, `--tokens` new tokens,
+a GSM8K test question of about 100 prompt tokens) from adapter i mod 5; the worker's adapter cache holds
+all five (Settings defaults: 8 adapters, 512 MiB). `inference_max_pending` is set to the number of
+clients, so the API's fast 503 (its default bound 16) is not what is measured. Reported: errors, streams
+that ended without `finish_reason`, time to first token from the request's start (p50, p99, max: a solo
+worker, S = 1, answers one request at a time, so the last client
 waits for the nineteen before it), each stream's decode rate, and the wall time for all.
 
 Part 2 (`switches`): a second inference worker with `inference_adapter_cache_count` 2, so that every
@@ -141,18 +143,25 @@ def train_adapters(url: str, key: str, base: str, data: list[dict]) -> list[str]
     return ids[-ADAPTERS:]
 
 
+STORY = "Once upon a time, in a small village by the sea, there lived"   # a text that goes on (completions)
+
+
 def one_stream(oa: Any, model: str, question: str, tokens: int, t_start: float) -> dict[str, Any]:
-    """Stream one chat completion; times from `t_start` (the common start, perf_counter seconds)."""
+    """Stream one chat completion of `question` (or, when `question` is `STORY`, a text completion of
+    it: an answer that runs to `tokens`); times from `t_start` (the common start, perf_counter seconds)."""
     first = last = 0.0
     finish, completion, err = None, 0, None
     pieces = 0
     try:
-        for chunk in oa.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
-                                                temperature=0, max_completion_tokens=tokens, stream=True,
-                                                stream_options={"include_usage": True}):
+        chunks = (oa.completions.create(model=model, prompt=STORY, temperature=0, max_tokens=tokens, stream=True,
+                                        stream_options={"include_usage": True}) if question == STORY else
+                  oa.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+                                             temperature=0, max_completion_tokens=tokens, stream=True,
+                                             stream_options={"include_usage": True}))
+        for chunk in chunks:
             if chunk.choices:
                 c = chunk.choices[0]
-                if c.delta.content:
+                if (c.text if question == STORY else c.delta.content):
                     last = time.perf_counter()
                     first = first or last
                     pieces += 1
@@ -291,8 +300,8 @@ def main() -> None:
             env1 = {**env, "LCSB_INFERENCE_MAX_SEQUENCES": str(sequences)}
             inf = Proc(worker_cmd + ["inference"], env1, tmp / f"inference-{sequences}.log", "LCSB worker ready")
             procs.append(inf)
-            one = clients_part(url, key, models[:1], questions, 1, args.tokens)
-            same = clients_part(url, key, models[:1], questions, args.same_adapter_streams, args.tokens, warm=False)
+            one = clients_part(url, key, models[:1], [STORY], 1, args.tokens)
+            same = clients_part(url, key, models[:1], [STORY], args.same_adapter_streams, args.tokens, warm=False)
             part1 = clients_part(url, key, models, questions, args.clients, args.tokens)
             part1["worker_rss_mib_after"] = vm_rss_mib(inf.p.pid)
             inf.stop()

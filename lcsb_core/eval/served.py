@@ -23,11 +23,14 @@ from lcsb_core.eval.samples import EvalSample
 
 # Sequences decoded together, per catalog model (BENCHMARKS.md, "Graded evaluation on the serving engine").
 # SmolLM2's greedy tokens are equal batched and alone (checked on 32 GSM8K prompts x 64 tokens, and by
-# tests/integration/test_served_equals_graded.py). Gemma-3-270M's are not from 8 sequences up: its first
+# tests/serving/test_served_equals_graded.py). Gemma-3-270M's are not from 8 sequences up: its first
 # decode step's logits differ by up to 0.84 beside 7 others (none up to 7; cause inside llama.cpp not found;
 # with flash attention the first step agrees and later ones still drift), so a Gemma evaluation decodes its
 # prompts one at a time on the same decoder: equal to serving, without the batch's speed.
 EVAL_SLOTS = {"SmolLM2-135M-Instruct": 16}
+# The most sequences a serving engine may decode together and still answer each as alone, per catalog
+# model where that is bounded (Gemma: equal up to 7, above); a model not named here is not bounded.
+SERVING_INVARIANT_SLOTS = {"gemma-3-270m": 7}
 
 
 def eval_slots(model_name: str, n_samples: int) -> int:

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lcsb_core.eval.served import SERVING_INVARIANT_SLOTS
 from lcsb_core.llama_engine import MAX_CONTEXT
 from lcsb_service.artifacts import fetch_adapter
 from lcsb_service.catalog import ModelInfo
@@ -62,7 +63,8 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
                 from lcsb_core.llama_engine import LlamaEngine
 
                 n_ctx = min(MAX_CONTEXT, base.context_length)
-                slots = sequence_slots(s, kv_mib_per_token(base.path) * n_ctx, gguf.stat().st_size / 2**20)
+                slots = sequence_slots(s, kv_mib_per_token(base.path) * n_ctx, gguf.stat().st_size / 2**20,
+                                       SERVING_INVARIANT_SLOTS.get(base.name))
                 _engines[base.name] = LlamaEngine(base.path, gguf, threads=threads,
                                                   lora_dir=s.data_dir.resolve() / "inference-adapters" / "gguf",
                                                   max_adapters=s.inference_adapter_cache_count,
@@ -99,11 +101,12 @@ def kv_mib_per_token(base_path: Path) -> float:
     return 2 * int(config["num_hidden_layers"]) * int(config.get("num_key_value_heads", heads)) * head_dim * 2 / 2**20
 
 
-def sequence_slots(s: Settings, kv_mib_per_sequence: float, model_mib: float) -> int:
+def sequence_slots(s: Settings, kv_mib_per_sequence: float, model_mib: float, invariant: int | None = None) -> int:
     """Sequences one llama.cpp engine decodes together: `inference_max_sequences`, fewer where their KV
     cache would take more than half of what the memory cap leaves beside the model and the adapter
-    cache (the other half: a second base, compute buffers, the tokenizer); at least 1. A reduction is
-    logged with the setting to change.
+    cache (the other half: a second base, compute buffers, the tokenizer), and at most `invariant`, the
+    model's bound for answers that do not depend on their batch (`eval.served.SERVING_INVARIANT_SLOTS`:
+    Gemma-3-270M 7); at least 1. A reduction is logged with the reason.
 
     SmolLM2-135M at 8,192 tokens: 180 MiB per sequence; the defaults (4,096 MiB cap, 512 MiB of
     adapters) leave room for 9, so 4 (the default) run."""
@@ -113,6 +116,10 @@ def sequence_slots(s: Settings, kv_mib_per_sequence: float, model_mib: float) ->
         log.warning("%d sequences fit the KV budget (%.0f MiB, %.0f MiB each) of LCSB_INFERENCE_MEMORY_MIB %d, "
                     "not LCSB_INFERENCE_MAX_SEQUENCES %d", fits, budget, kv_mib_per_sequence,
                     s.inference_memory_mib, s.inference_max_sequences)
+    if invariant is not None and invariant < min(fits, s.inference_max_sequences):
+        log.warning("at most %d sequences decode together on this model (more would change its answers), not "
+                    "LCSB_INFERENCE_MAX_SEQUENCES %d", invariant, s.inference_max_sequences)
+        fits = invariant
     return min(s.inference_max_sequences, fits)
 
 

@@ -73,6 +73,41 @@ def adapter_folder(run_dir: Path, checkpoint_step: int | None) -> Path:
     return folder
 
 
+SAVED_CHAT_TEMPLATE = "chat_template.jinja"   # lcsb_core.checkpoint.CHAT_TEMPLATE_FILE (that module imports torch)
+
+
+def read_config(run_dir: Path, checkpoint_step: int | None) -> tuple[dict, Path | None]:
+    """(the run's config, None) from `run_dir/config.json` (a run folder, or a folder `lcsb jobs
+    download` wrote); for a bare adapter folder (`adapter_config.json` in `run_dir` or in
+    `run_dir/adapter`, no `config.json`), a config naming its PEFT `base_model_name_or_path`, and the
+    adapter folder.
+
+    Raises:
+        ExportError: `run_dir` is none of these, its config.json is not JSON, or a checkpoint step is
+            asked of a bare adapter folder (it holds none).
+    """
+    path = run_dir / "config.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text()), None
+        except ValueError as exc:
+            raise ExportError(f"{run_dir.name}/config.json is not JSON ({exc})", field=None) from None
+    adapter = next((d for d in (run_dir, run_dir / "adapter") if (d / "adapter_config.json").is_file()), None)
+    if adapter is None:
+        raise ExportError(f"{run_dir.name} is not a run folder (no config.json) nor an adapter folder (no "
+                          "adapter_config.json, here or in adapter/); give the folder `lcsb train` or `lcsb jobs "
+                          "download` wrote", field=None)
+    if checkpoint_step is not None:
+        raise ExportError(f"{run_dir.name} is an adapter folder without checkpoints; export a checkpoint from "
+                          "its run folder, or download it (lcsb jobs checkpoints JOB --download STEP) and export "
+                          "that folder", field="checkpoint")
+    try:
+        base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except ValueError as exc:
+        raise ExportError(f"{adapter.name}/adapter_config.json is not JSON ({exc})", field=None) from None
+    return {"model": {"name_or_path": base or ""}}, adapter
+
+
 def export_run(run_dir: Path, out: Path, *, formats: list[str] | tuple[str, ...] | None = None,
                checkpoint_step: int | None = None, data_format: str | None = None,
                job_id: str | None = None, adapter_dir: Path | None = None) -> ExportResult:
@@ -86,15 +121,18 @@ def export_run(run_dir: Path, out: Path, *, formats: list[str] | tuple[str, ...]
     from lcsb_core.models.gguf_import import model_cache_dir, shipped_gguf_path
 
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    config, adapter_only = read_config(run_dir, checkpoint_step)
     entry = run_entry(config)
+    folder = adapter_dir or adapter_only or adapter_folder(run_dir, checkpoint_step)
     if data_format is None:
         train_file = str((config.get("data") or {}).get("train_file", ""))
         data_format = sniff_format(train_file) if train_file and Path(train_file).is_file() else None
+        if data_format is None and (folder / SAVED_CHAT_TEMPLATE).is_file():
+            data_format = "chat"   # the trainer saves its chat template beside a chat job's adapter only
         if data_format is None:
-            raise ExportError(f"cannot tell the run's data format (training file {train_file!r} is not "
-                              "readable); give it (--data-format chat|prompt_completion|text)", field=None)
-    folder = adapter_dir or adapter_folder(run_dir, checkpoint_step)
+            raise ExportError(f"cannot tell the run's data format (training file {train_file!r} is not readable "
+                              "and the adapter holds no chat template); give it "
+                              "(--data-format chat|prompt_completion|text)", field=None)
     model_dir = model_cache_dir() / entry.name
     scratch = Path(out).parent if Path(out).parent.is_dir() else None
     with tempfile.TemporaryDirectory(prefix=".gguf-", dir=scratch) as tmp:

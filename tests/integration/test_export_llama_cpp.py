@@ -189,3 +189,34 @@ def test_template_inside_the_gguf_renders_the_training_prompt(job):
         else:
             assert rendered == messages[0]["content"]
         assert llm.tokenize(rendered.encode(), add_bos=add_bos, special=True) == prompt_ids
+
+
+def test_a_downloaded_folder_and_a_bare_adapter_export_as_their_run_does(smollm2, tmp_path):
+    """What `lcsb jobs download` writes (adapter/ and a config.json whose training file is not on this
+    machine) and a bare adapter folder export without flags: a chat job's adapter carries its chat
+    template, so the data format is known; the adapter.gguf is the run's, byte for byte. A folder that is
+    neither, or a checkpoint asked of an adapter folder, is a clear error (exit 2, no traceback)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from lcsb_core.cli import app as core_cli
+
+    download = tmp_path / "download"
+    shutil.copytree(smollm2.run / "adapter", download / "adapter")
+    config = json.loads((smollm2.run / "config.json").read_text())
+    config["data"]["train_file"] = "train.jsonl"   # as published: no worker path
+    (download / "config.json").write_text(json.dumps(config))
+    runner = CliRunner()
+    for folder in (download, download / "adapter"):
+        out = tmp_path / f"export-{folder.name}"
+        result = runner.invoke(core_cli, ["export", str(folder), "-f", "adapter", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert (out / "adapter.gguf").read_bytes() == (smollm2.out / "adapter.gguf").read_bytes()
+        assert json.loads((out / "manifest.json").read_text())["data_format"] == "chat"
+    (tmp_path / "empty").mkdir()
+    for args, needle in ((["export", str(tmp_path / "empty")], "not a run folder"),
+                         (["export", str(download / "adapter"), "--checkpoint", "4"], "without checkpoints")):
+        result = runner.invoke(core_cli, args)
+        assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -96,8 +96,8 @@ def test_a_job_and_its_checkpoint_answer_with_their_own_adapters(world, trained)
     got = oa.models.retrieve(trained.ckpts[0])
     assert got.owned_by == world.alice.name and got.model_extra["job_id"] == trained.job_id
     # the CPU default engine ("auto"): llama.cpp on the catalog's base GGUF, loaded once
-    assert len(re.findall(r"loaded base SmolLM2-135M-Instruct \(llama\.cpp, \S+\.gguf, \d+ threads\)",
-                          world.inference.text())) == 1
+    loaded = r"loaded base SmolLM2-135M-Instruct \(llama\.cpp, \S+\.gguf, \d+ threads, \d+ sequences of \d+ tokens\)"
+    assert len(re.findall(loaded, world.inference.text())) == 1
 
 
 def test_not_found_for_another_owners_a_deleted_and_a_misspelt_model(world, trained):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,7 +51,6 @@ class _Request:
     adapter: tuple[str, Any] | None       # (SHA-256, llama_adapter_lora pointer); None: the base alone
     job: SeqJob
     out: queue.SimpleQueue[int | BaseException | None] = field(default_factory=queue.SimpleQueue)
-    arrived: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> str | None:

@@ -322,8 +322,18 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
               "peak_memory_mib": summary["peak_memory_mib"], "run_dir": summary["run_dir"],
               "threads": torch.get_num_threads(), "torch": torch.__version__, "model": args.model,
               "compute_dtype": str(compute_dtype(torch.device("cpu"))).removeprefix("torch."),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "layer_grad_norms": layer_grad_norms(Path(summary["run_dir"])),
+              "schedule_decision": trainer.schedule.decision()}
     return result
+
+
+def layer_grad_norms(run_dir: Path) -> list[list[float | None]]:
+    """Per optimizer step, each decoder layer's LoRA gradient L2 norm (None where the layer was not
+    trained that step), from the run's `selection_history.jsonl` (`lcsb_core.history`): what issue 47's
+    lower-layer share is computed from (`bench/quality_report.py shares`)."""
+    path = run_dir / "selection_history.jsonl"
+    return [json.loads(line)["grad_norm"] for line in path.read_text().splitlines() if line.strip()]
 
 
 class CachedStep0Trainer(Trainer):

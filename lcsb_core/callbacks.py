@@ -86,6 +86,10 @@ class TrainerCallback:
     def on_step(self, report: StepReport) -> None:
         """Called after every optimizer step."""
 
+    def on_schedule_decision(self, decision: dict) -> None:
+        """Called once when `auto`'s schedule has decided after its probe steps
+        (`lcsb_core.schedules.SwitchSchedule.decision`: the numbers it saw and the schedule chosen)."""
+
     def on_eval_progress(self, progress: EvalProgress) -> None:
         """Called after every batch of an evaluation (an evaluation of a large validation set can take
         minutes; listeners throttle what they write)."""

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from lcsb_core.default_schedule import AUTO, resolve_schedule
+from lcsb_core.default_schedule import AUTO, choose_auto
 from lcsb_core.errors import ConfigError
 from lcsb_core.eval.settings import EvalSettings
 from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
@@ -117,6 +117,7 @@ class LCSBSettings:
     gradient_checkpointing: bool = False
     recompute_deep: bool = False
     importance_refresh_every: int = DEFAULT_REFRESH_EVERY
+    auto: dict | None = None  # what "auto" resolved to and why (default_schedule.AutoChoice.to_dict); None: named
 
     def __post_init__(self) -> None:
         check_schedule(self.schedule, also=(AUTO,))
@@ -135,17 +136,27 @@ class LCSBSettings:
         if self.schedule != AUTO:
             self.check_schedule_options()
 
-    def resolve(self, model_name_or_path: str) -> None:
-        """Replace `schedule` "auto" with the rule's schedule for the model
-        (`lcsb_core.default_schedule.resolve_schedule`) and check the options that depend on it.
+    def resolve(self, model_name_or_path: str, total_steps: int | None = None) -> None:
+        """Resolve `schedule` "auto" for this job (`lcsb_core.default_schedule.choose_auto`: the model and
+        the planned steps; None when unknown) into `auto` (the choice and its reason) and `schedule` (the
+        schedule chosen, or "auto" itself for the probe-then-switch schedule), and check the options that
+        depend on it. A schedule the user named, or one already resolved (`auto` set), is kept.
 
         Raises:
             ConfigError: an option the resolved schedule does not take (naming the option and the
-                schedule, so a user sees which schedule "auto" chose).
+                schedule, so a user sees what "auto" chose).
         """
-        if self.schedule == AUTO:
-            self.schedule = resolve_schedule(self.schedule, model_name_or_path)
+        if self.schedule == AUTO and self.auto is None:
+            choice = choose_auto(model_name_or_path, total_steps)
+            self.auto, self.schedule = choice.to_dict(), choice.schedule
             self.check_schedule_options(default_of=str(model_name_or_path))
+
+    def re_resolve(self, model_name_or_path: str, total_steps: int | None) -> None:
+        """Resolve "auto" again now that the run's `total_steps` is known (the service, at job creation);
+        a no-op for a schedule the user named."""
+        if self.auto is not None:
+            self.schedule, self.auto = AUTO, None
+            self.resolve(model_name_or_path, total_steps)
 
     def check_schedule_options(self, default_of: str | None = None) -> None:
         """The options that only some schedules take, against `schedule` (a name, not "auto").
@@ -155,7 +166,7 @@ class LCSBSettings:
         Raises:
             ConfigError: naming `lcsb.full_every`, `lcsb.deep_fraction` or `lcsb.layer_lr_scaling`.
         """
-        chosen = f" ({default_of}'s default)" if default_of else ""
+        chosen = f" (what auto chose for this {default_of} job)" if default_of else ""
         mentions = ("lcsb.schedule",) if default_of else ()
 
         def instead(schedule: str) -> str:
@@ -317,7 +328,8 @@ class TrainConfig:
     loss_chunk_mib: int = 16
 
     def __post_init__(self) -> None:
-        self.lcsb.resolve(self.model.name_or_path)  # "auto": the rule's schedule for this model (issue 30)
+        # "auto": the rule's schedule for this job (issue 47); the run's length where max_steps alone sets it
+        self.lcsb.resolve(self.model.name_or_path, self.max_steps if self.epochs is None else None)
         if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
             self.optim.learning_rate = default_learning_rate(self.lcsb.schedule)
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")

@@ -29,8 +29,11 @@ MEASURED_BEST: dict[str, float] = {
     "full": 8e-4, "topfull": 8e-4, "tail": 8e-4, "freeze": 8e-4, "split": 8e-4,
     "top": 1.6e-3,
     "cyclic": 4e-4, "random": 4e-4, "importance": 4e-4,
+    "auto": 8e-4,
 }
-"""Schedule name -> its peak learning rate when the run names none (see the module docstring)."""
+"""Schedule name -> its peak learning rate when the run names none (see the module docstring). `auto`'s
+probe-then-switch schedule (`lcsb_core.schedules.SwitchSchedule`) runs full backprop, then `tail` or full
+backprop again: both measured best at 8e-4."""
 
 AUTO_WARMUP_MAX = 5
 """Warmup steps of the grid behind `MEASURED_BEST`; `auto_warmup_steps` never exceeds it."""

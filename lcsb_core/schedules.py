@@ -170,6 +170,10 @@ class Schedule(Protocol):
         """Restore `state_dict()`'s output."""
         ...
 
+    def decision(self) -> dict | None:
+        """What the schedule decided during the run and from what numbers (`auto`), else None."""
+        ...
+
     def describe(self) -> str:
         """One line for people: what trains per step."""
         ...
@@ -301,6 +305,11 @@ class BaseSchedule:
 
     def load_state_dict(self, state: dict | None) -> None:
         """Restore `state_dict()`'s output; nothing to do for a pure schedule."""
+
+    def decision(self) -> dict | None:
+        """What a schedule that decides during the run (`auto`'s `SwitchSchedule`) decided and from what
+        numbers, once it has; None for every other schedule."""
+        return None
 
     def describe(self) -> str:
         """One line for people: what trains per step, e.g. "8 of 30 layers per step (cyclic, surrogate
@@ -518,26 +527,117 @@ class ImportanceSchedule(BaseSchedule):
         self.observe({int(i): v for i, v in (state or {}).get("scores", {}).items()})
 
 
+@dataclass
+class SwitchSchedule(BaseSchedule):
+    """`auto`'s probe-then-switch schedule (issue 47): the first `probe_steps` optimizer steps
+    back-propagate every layer (they train like full backprop's, so nothing is spent on the probe), and
+    the trainer reports each of them's per-layer LoRA gradient norms (`needs_probe` / `observe`). From
+    them the schedule computes the **lower-layer share**: over the probe steps, the sum over the layers
+    below the top `k` of the squared gradient norm, divided by the sum over all layers (a number in
+    [0, 1]; the share of the first steps' update those layers would carry). After the probe the run
+    switches to `then` (a pure schedule, e.g. `tail`, its step 0 at step `probe_steps`) when that share
+    is below `threshold`, and keeps every layer (full backprop) otherwise. The rule that sets
+    `threshold` and `then` per model, and its measurements, are `lcsb_core.default_schedule`'s.
+
+    Mutable (the observed shares and the decision) and resumed from `state_dict()`, like `importance`.
+    `decision()` is what the job reports: the numbers it saw and what it chose."""
+
+    num_layers: int
+    k: int
+    then: PureSchedule
+    probe_steps: int
+    threshold: float
+    shares: list[float] = field(default_factory=list)
+    switched: bool | None = None
+
+    name: ClassVar[str] = "auto"
+    fixed_shares: ClassVar[str | None] = "its selection follows its probe, so no layer has a fixed share of steps"
+
+    @property
+    def cycle_length(self) -> int:
+        """The probe, then `then`'s cycle: every selection the run can make appears in this many steps."""
+        return self.probe_steps + self.then.cycle_length
+
+    def needs_probe(self, step: int) -> bool:
+        """True for the first `probe_steps` steps."""
+        return step < self.probe_steps
+
+    def lower_share(self, grad_norms: dict[int, float]) -> float:
+        """The layers below the top `k`'s share of the squared LoRA gradient norm of one step (0.0 when
+        every norm is 0)."""
+        cut = self.num_layers - self.k
+        total = sum(v * v for v in grad_norms.values())
+        return sum(v * v for i, v in grad_norms.items() if i < cut) / total if total > 0 else 0.0
+
+    def observe(self, grad_norms: dict[int, float]) -> None:
+        """Record one probe step's per-layer gradient norms; after the last probe step, decide."""
+        if self.switched is not None:
+            return
+        self.shares.append(self.lower_share(grad_norms))
+        if len(self.shares) >= self.probe_steps:
+            self.switched = sum(self.shares) / len(self.shares) < self.threshold
+
+    def mean_share(self) -> float | None:
+        """The probe steps' mean lower-layer share (None before the first)."""
+        return sum(self.shares) / len(self.shares) if self.shares else None
+
+    def layers_for_step(self, step: int) -> frozenset[int]:
+        """Every layer during the probe and after a decision to stay at full depth; `then`'s selection
+        (shifted by the probe) after a switch."""
+        if step < self.probe_steps or not self.switched:
+            return frozenset(range(self.num_layers))
+        return self.then.layers_for_step(step - self.probe_steps)
+
+    def decision(self) -> dict | None:
+        """What `auto` saw and chose, once the probe is over (None before): `probe_steps`,
+        `lower_layers` (how many layers the share counts), `lower_share` (mean over the probe steps),
+        `lower_share_per_step`, `threshold`, `schedule` (`then`'s name or "full") and `from_step` (the
+        1-based first step of the schedule chosen)."""
+        if self.switched is None:
+            return None
+        return {"probe_steps": self.probe_steps, "lower_layers": self.num_layers - self.k,
+                "lower_share": round(self.mean_share() or 0.0, 4),
+                "lower_share_per_step": [round(v, 4) for v in self.shares], "threshold": self.threshold,
+                "schedule": self.then.name if self.switched else "full", "from_step": self.probe_steps + 1}
+
+    def state_dict(self) -> dict:
+        """The probe's shares and the decision (JSON-safe)."""
+        return {"shares": list(self.shares), "switched": self.switched}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Restore `state_dict()`'s output (None: the probe has not started)."""
+        state = state or {}
+        self.shares = [float(v) for v in state.get("shares", [])]
+        self.switched = state.get("switched")
+
+    def describe(self) -> str:
+        return (f"auto: all {self.num_layers} layers for {self.probe_steps} probe steps, then {self.then.name} "
+                f"({self.then.describe()}) if the lower {self.num_layers - self.k} layers carry under "
+                f"{self.threshold:.0%} of the gradient, else all layers (exact gradient)")
+
+
 _CLASSES: dict[str, type[PureSchedule] | type[ImportanceSchedule]] = {
     c.name: c for c in (CyclicSchedule, RandomSchedule, ImportanceSchedule, FreezeSchedule, TopSchedule,
                         TopFullSchedule, TailSchedule, SplitSchedule, FullSchedule)}
 SCHEDULES: tuple[str, ...] = tuple(_CLASSES)
 """Every schedule name, in the order the docs list them."""
 EXACT_GRADIENT_SCHEDULES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if not c.identity_skip)
+_RESOLVED: dict[str, type[BaseSchedule]] = {**_CLASSES, SwitchSchedule.name: SwitchSchedule}
+"""The named schedules and `auto`'s probe-then-switch one (which a job gets by the rule, never by name)."""
 
 
 def schedule_takes(option: str, name: str) -> bool:
     """True when schedule `name` has the option `option` (a dataclass field such as `full_every`);
     False for unknown names."""
-    cls = _CLASSES.get(name)
-    return cls is not None and option in {f.name for f in dataclasses.fields(cls)}
+    cls = _RESOLVED.get(name)
+    return cls is not None and option in {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
 
 def layer_lr_scaling_blocker(name: str) -> str | None:
     """Why a `layer_lr_scaling` other than `none` cannot take effect with schedule `name` (every layer
     trains on every example, or the shares are not fixed), or None where it can; None for unknown names
     too (the name's own check reports those)."""
-    cls = _CLASSES.get(name)
+    cls = _RESOLVED.get(name)
     return None if cls is None else cls.fixed_shares
 
 
@@ -616,14 +716,26 @@ def make_schedule(name: str, *, num_layers: int, k: int | None = None, fraction:
 def schedule_for(lcsb: LCSBSettings, *, num_layers: int, seed: int = 0) -> Schedule:
     """The schedule of an `LCSBSettings` (`lcsb_core.config`) for a model with `num_layers` decoder
     layers: the one way the trainer, the memory estimate and the service resolve a job's schedule.
+    `lcsb.schedule` "auto" (after `LCSBSettings.resolve` chose the probe-then-switch schedule, whose
+    settings are in `lcsb.auto`): a `SwitchSchedule` over `lcsb.auto["then"]` with the job's k.
 
     Raises:
-        ConfigError: as `make_schedule`; `lcsb.recompute_deep` with a schedule none of whose steps
-            trains more than its k layers (it would not take effect).
+        ConfigError: as `make_schedule`; "auto" not resolved (no `lcsb.auto` plan); `lcsb.recompute_deep`
+            with a schedule none of whose steps trains more than its k layers (it would not take effect).
     """
-    schedule = make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
-                             refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every,
-                             deep_fraction=lcsb.deep_fraction)
+    if lcsb.schedule == SwitchSchedule.name:
+        plan = lcsb.auto or {}
+        if plan.get("then") is None:
+            raise ConfigError("lcsb.schedule", "is auto but was not resolved for the job (TrainConfig resolves it)")
+        then = make_schedule(plan["then"], num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed)
+        if not isinstance(then, PureSchedule):
+            raise ConfigError("lcsb.schedule", f"auto cannot switch to {plan['then']!r}, a schedule with state")
+        schedule: Schedule = SwitchSchedule(num_layers, then.k, then, int(plan["probe_steps"]),
+                                            float(plan["threshold"]))
+    else:
+        schedule = make_schedule(lcsb.schedule, num_layers=num_layers, k=lcsb.k, fraction=lcsb.fraction, seed=seed,
+                                 refresh_every=lcsb.importance_refresh_every, full_every=lcsb.full_every,
+                                 deep_fraction=lcsb.deep_fraction)
     deepest = max(len(schedule.layers_for_step(t)) for t in range(schedule.cycle_length))
     if lcsb.recompute_deep and deepest <= schedule.k:
         raise ConfigError("lcsb.recompute_deep", f"has no effect with schedule {lcsb.schedule!r} at k = {schedule.k} "

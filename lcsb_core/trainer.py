@@ -238,7 +238,11 @@ class Trainer:
     # ---- per-step reporting, eval, checkpoints ---------------------------------------------------
     def _record_step(self, step, selected, stats, lr, seconds) -> None:
         if self.schedule.needs_probe(step):
+            decided = self.schedule.decision() is not None
             self.schedule.observe(stats.layer_grad_norms)
+            decision = self.schedule.decision()
+            if decision is not None and not decided:
+                self._emit("on_schedule_decision", decision)
         self.files.append(self.files.history, history_row(step, self.selective.num_layers, selected,
                                                           stats.layer_grad_norms, self.tracker.update_norms()))
         report = StepReport(step=step + 1, total_steps=self.total_steps, loss=stats.loss, lr=lr,
@@ -340,7 +344,8 @@ class Trainer:
         plots = write_plots(self.files)
         summary = {
             "steps": steps, "planned_steps": self.total_steps, "k": self.k, "num_layers": self.selective.num_layers,
-            "schedule": self.config.lcsb.schedule, "selected_checkpoint": selected, "stopped_early": stopped,
+            "schedule": self.config.lcsb.schedule, "schedule_decision": self.schedule.decision(),
+            "selected_checkpoint": selected, "stopped_early": stopped,
             "eval_loss_before": evals[0].eval_loss if evals and evals[0].step == 0 else None,
             "eval_loss_after": after.eval_loss if after else None,
             "eval_token_accuracy_after": after.eval_token_accuracy if after else None,
@@ -366,7 +371,8 @@ class Trainer:
 
     def _model_facts(self) -> dict:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,
-                "schedule_description": self.schedule.describe(),
+                "schedule_description": self.schedule.describe(), "auto": self.config.lcsb.auto,
+                "schedule_decision": self.schedule.decision(),
                 "full_every": self.schedule.full_every, "device": str(self.device),
                 "torch_threads": torch.get_num_threads(),
                 "c_allocator": c_allocator() if self.device.type == "cpu" else None,

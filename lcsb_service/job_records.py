@@ -92,13 +92,24 @@ def training_data_format(report: dict[str, Any] | None) -> str | None:
     return training.get("format") if isinstance(training, dict) else None
 
 
+def record_auto_decision(session: Session, job_id: str, decision: dict[str, Any]) -> None:
+    """Store what `auto`'s probe decided (`lcsb_core.schedules.SwitchSchedule.decision`) in the job's
+    resolved `method`, as `method.lcsb.auto.decision` (the row is locked for the read-modify-write)."""
+    job = session.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one()
+    method = dict(job.method or {})
+    lcsb = dict(method.get("lcsb") or {})
+    lcsb["auto"] = {**(lcsb.get("auto") or {}), "decision": decision}
+    job.method = {**method, "lcsb": lcsb}
+    session.flush()
+
+
 def record_peak(session: Session, job_id: str, peak_mib: float) -> None:
     """Store the run's measured peak memory (MiB, rounded to 0.1 MiB) on the job."""
     session.execute(update(Job).where(Job.id == job_id).values(peak_memory_mib=round(peak_mib, 1)))
 
 
 def queued_estimate(session: Session, job_id: str) -> dict[str, Any] | None:
-    """The job's recorded `memory_estimate` (MiB by component, `total_mib`; `lcsb_service.jobspec.route`)
+    """The job's recorded `memory_estimate` (MiB by component, `total_mib`; `lcsb_service.routing.route`)
     while it is `queued`; None when it is not queued (claimed, cancelled, ended) or does not exist. A
     worker reads it to size the job's memory reservation, and again while the job waits for one."""
     row = session.execute(select(Job.status, Job.memory_estimate).where(Job.id == job_id)).one_or_none()

@@ -48,13 +48,13 @@ from typing import Any
 from lcsb_core.config import DataSettings, TrainConfig
 from lcsb_core.default_schedule import resolve_schedule
 from lcsb_core.errors import ConfigError
-from lcsb_core.memory import estimate_for
 from lcsb_core.schedules import Schedule, schedule_for
 from lcsb_service.catalog import ModelInfo
-from lcsb_service.errors import InvalidRequest, Unprocessable
+from lcsb_service.errors import InvalidRequest
 from lcsb_service.hyperparameters import OPTIM as _OPTIM
 from lcsb_service.hyperparameters import given as _given
 from lcsb_service.hyperparameters import merged_hyperparameters, resolve_hyperparameters
+from lcsb_service.routing import route_auto
 from lcsb_service.settings import Settings
 
 _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method", "lora": "method.lora",
@@ -144,16 +144,17 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         raw["early_stopping"] = _given(method["early_stopping"], "metric", "patience", "min_delta")
     try:
         cfg = TrainConfig.from_dict(raw)
+        cfg.lcsb.re_resolve(model.name, cfg.total_steps(train_examples))  # "auto" for this job's length
         cfg.check_honoured(train_examples)
         schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
-        _check_schedule_options(method.get("lcsb") or {}, schedule)
+        _check_schedule_options(method.get("lcsb") or {}, schedule, cfg.lcsb.auto)
     except ConfigError as exc:
         raise _request_error(exc) from exc
     hp = {**hp, **{name: getattr(cfg.optim, name) for name in _OPTIM}}
     total = cfg.total_steps(train_examples)
     if hp["warmup_steps"] is None:  # "auto": resolved now when the run's length is known, else by the worker
         hp["warmup_steps"] = cfg.warmup_steps_for(total) if total is not None else "auto"
-    estimate, queue = route(model, cfg, schedule, settings)
+    estimate, queue, schedule = route_auto(model, cfg, schedule, settings)
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue, total_steps=total)
@@ -169,7 +170,7 @@ def _graded_eval(method: dict[str, Any]) -> dict[str, Any]:
                               "presence_penalty"), "graders": graders}}
 
 
-def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:
+def _check_schedule_options(given: dict[str, Any], schedule: Schedule, auto: dict[str, Any] | None) -> None:
     """`k` / `fraction` with `full` is an error, not a silent no-op (`full_every` on a schedule without
     full steps is refused by the core's `LCSBSettings`).
 
@@ -178,8 +179,10 @@ def _check_schedule_options(given: dict[str, Any], schedule: Schedule) -> None:
     """
     for name in ("k", "fraction"):
         if given.get(name) is not None and not schedule.uses_k:
+            chose = f", what auto chose for this job: {auto['reason']}" if auto else ""
             raise ConfigError(f"lcsb.{name}", f"has no effect with schedule 'full' (it trains all "
-                                              f"{schedule.num_layers} layers every step); remove it")
+                                              f"{schedule.num_layers} layers every step{chose}); remove it"
+                                              + (", or name lcsb.schedule" if auto else ""))
 
 
 def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
@@ -199,7 +202,8 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
                  "deep_fraction": schedule.deep_fraction, "layer_lr_scaling": cfg.lcsb.layer_lr_scaling,
                  "exact_gradient": not schedule.identity_skip, "momentum_for_skipped": cfg.lcsb.momentum_for_skipped,
                  "gradient_checkpointing": cfg.lcsb.gradient_checkpointing,
-                 "recompute_deep": cfg.lcsb.recompute_deep},
+                 "recompute_deep": cfg.lcsb.recompute_deep,
+                 "auto": cfg.lcsb.auto},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
         "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
         "eval_at_start": cfg.eval_at_start,
@@ -212,30 +216,6 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
                                                 "frequency_penalty": cfg.eval.frequency_penalty,
                                                 "presence_penalty": cfg.eval.presence_penalty}}),
     }
-
-
-def route(model: ModelInfo, cfg: TrainConfig, schedule: Schedule, settings: Settings) -> tuple[dict[str, Any], str]:
-    """The smallest worker class whose memory cap holds the estimated peak x (1 + headroom).
-
-    Raises:
-        Unprocessable: none does (code `insufficient_memory`; the message gives the estimate).
-    """
-    best: dict[str, Any] | None = None
-    for wc in sorted(settings.worker_classes, key=lambda w: w.memory_mib):
-        est = estimate_for(cfg, model.config, device=wc.device, checkpoint_bytes=model.checkpoint_bytes)
-        summary = {**est.to_dict(), "k": schedule.k, "device": wc.device, "queue": wc.queue,
-                   "memory_cap_mib": wc.memory_mib,
-                   "required_mib": round(est.total_mib * (1 + settings.memory_headroom), 1)}
-        if summary["required_mib"] <= wc.memory_mib:
-            return summary, wc.queue
-        best = summary
-    caps = ", ".join(f"{w.queue}: {w.memory_mib} MiB" for w in settings.worker_classes)
-    need = best["required_mib"] if best else 0
-    raise Unprocessable(f"the job needs an estimated {need:.0f} MiB (peak {best['total_mib'] if best else 0:.0f} "
-                        f"MiB plus {settings.memory_headroom:.0%} headroom) but no worker class can hold it "
-                        f"({caps}); lower batch_size, max_seq_len, lcsb.k or lora.rank, or enable "
-                        "lcsb.recompute_deep (topfull, tail, split: the same gradients) or lcsb.gradient_checkpointing",
-                        code="insufficient_memory")
 
 
 def fine_tuned_model_name(model: str, owner_name: str, suffix: str | None, job_id: str) -> str:

@@ -4,7 +4,7 @@ descriptions read the trainer's defaults, and a job created without them gets `T
 from __future__ import annotations
 
 from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
-from lcsb_core.default_schedule import default_schedule
+from lcsb_core.default_schedule import choose_auto
 from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
 from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY
 from lcsb_service.models import Job
@@ -15,22 +15,24 @@ from tests.api.helpers import job_ok
 def test_a_bare_job_gets_the_trainers_defaults(client, alice):
     job = job_ok(client, alice)
     m, hp = job["method"], job["hyperparameters"]
+    total = job["progress"]["total_steps"]
     assert m["lora"] == {"rank": LoraSettings.rank, "alpha": LoraSettings.alpha, "dropout": LoraSettings.dropout,
                          "target_modules": list(LoraSettings.target_modules)} == {
         "rank": 16, "alpha": 32.0, "dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    chosen = choose_auto(job["model"], total)
     assert (m["quantization"], m["lcsb"]["schedule"], m["lcsb"]["fraction"], m["lcsb"]["momentum_for_skipped"],
-            m["lcsb"]["gradient_checkpointing"]) == (ModelSettings.quantization, default_schedule(job["model"]),
+            m["lcsb"]["gradient_checkpointing"]) == (ModelSettings.quantization, chosen.schedule,
                                                      DEFAULT_FRACTION, LCSBSettings.momentum_for_skipped, False)
+    assert m["lcsb"]["auto"] == chosen.to_dict()  # what auto chose and why
     assert DEFAULT_FRACTION == 0.25
     assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
         DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
     assert (hp["weight_decay"], hp["lr_schedule"], hp["batch_size"]) == (
         OptimSettings.weight_decay, OptimSettings.lr_schedule, TrainConfig.batch_size) == (0.01, "linear", 4)
     # the learning rate and warmup by the measured rule (issue 30), resolved and stated in the job object
-    total = job["progress"]["total_steps"]
     assert (hp["learning_rate"], hp["learning_rate_multiplier"], hp["warmup_steps"]) == (
-        default_learning_rate(default_schedule(job["model"])), 1.0, auto_warmup_steps(total)) == (
+        default_learning_rate(m["lcsb"]["schedule"]), 1.0, auto_warmup_steps(total)) == (
         8e-4, 1.0, min(5, total // 4))
     assert m["supervised"]["hyperparameters"]["learning_rate"] == 8e-4
     assert m["stop_on_divergence"] is False
@@ -56,9 +58,10 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
     lcsb = schemas["LCSBMethod"]["properties"]
     assert all(p.get("default") is None for p in lcsb.values())
-    assert ("(default auto: the default rule's schedule for the model, topfull for SmolLM2-135M-Instruct, tail "
-            "for gemma-3-270m, else topfull; the job object states the one resolved)"
-            ) in lcsb["schedule"]["description"]
+    assert ("(default auto: chosen per job, the fastest schedule measured to keep 95 % of full backprop's gain: "
+            "on SmolLM2-135M, jobs of 32 steps or more train all layers for 4 steps, then tail when the lower layers "
+            "carry little of the gradient; otherwise full backprop, or split when full backprop would not fit in "
+            "memory; the job object's lcsb.auto states the choice and why)") in lcsb["schedule"]["description"]
     assert lcsb["schedule"]["anyOf"][0]["enum"][0] == LCSBSettings.schedule == "auto"
     assert "(default 0.25)" in lcsb["fraction"]["description"]
     assert f"(default {DEFAULT_FULL_EVERY})" in lcsb["full_every"]["description"]

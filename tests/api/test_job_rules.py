@@ -88,7 +88,8 @@ def test_a_union_says_input_should_be_once(client, alice):
 
 def test_right_types_still_pass(client, alice):
     job = job_ok(client, alice, hyperparameters={"n_epochs": "auto", "learning_rate_multiplier": 2},
-                 method={"lora": {"alpha": 16}, "lcsb": {"fraction": 1}})  # an integer where a float is asked
+                 method={"lora": {"alpha": 16},
+                         "lcsb": {"schedule": "topfull", "fraction": 1}})  # an integer where a float is asked
     assert job["hyperparameters"]["learning_rate_multiplier"] == 2 and job["method"]["lora"]["alpha"] == 16
 
 
@@ -173,7 +174,8 @@ def test_intervals_beyond_the_runs_real_length(client, alice, body, param, fragm
 
 def test_the_real_step_count_is_on_the_job_and_the_estimate(client, alice):
     f = upload_ok(client, alice, chat_lines(13))  # ceil(13 / 4) = 4 batches, the last partial one kept
-    body = {"hyperparameters": {"n_epochs": 3}, "method": {"save_every": 12, "lcsb": {"full_every": 12}}}
+    body = {"hyperparameters": {"n_epochs": 3},
+            "method": {"save_every": 12, "lcsb": {"schedule": "topfull", "full_every": 12}}}
     job = job_ok(client, alice, f["id"], **body)  # 12 steps: every interval fits, at the boundary
     assert job["progress"]["total_steps"] == 12
     estimate = client.post("/v1/fine_tuning/jobs/estimate", headers=alice.headers,

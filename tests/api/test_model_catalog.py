@@ -91,21 +91,23 @@ def test_text_and_prompt_completion_jobs_on_gemma_are_accepted(client, alice, ge
 
 
 def test_a_gemma_job_naming_no_schedule_gets_the_models_default(client, alice, gemma_in_catalog):
-    """`auto` (or no schedule) resolves per model, the same way as the core's TrainConfig, before the job is
-    stored: Gemma's jobs get `tail`, SmolLM2's `topfull`, and an option of another schedule is refused
-    naming the schedule that `auto` chose and the one to name instead."""
+    """`auto` (or no schedule) resolves per job, the same way as the core's TrainConfig, before the job is
+    stored (issue 47): Gemma's jobs get full backprop (no schedule was measured to keep 95 % on it), and
+    an option of another schedule is refused naming what `auto` chose and the schedule to name instead."""
     rows = [{"prompt": f"{i} + {i} =", "completion": f" {2 * i}"} for i in range(12)]
     f = upload_ok(client, alice, "".join(json.dumps(r) + "\n" for r in rows).encode())
     for lcsb in ({}, {"schedule": "auto"}):
         job = create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": lcsb}).json()
         assert (job["method"]["lcsb"]["schedule"], job["method"]["lcsb"]["layers_per_step"],
-                job["method"]["lcsb"]["full_every"]) == ("tail", 4, None)
+                job["method"]["lcsb"]["full_every"]) == ("full", 18, None)
+        assert "no schedule faster than full backprop" in job["method"]["lcsb"]["auto"]["reason"]
         assert job["hyperparameters"]["learning_rate"] == 8e-4
-    smol = create_job(client, alice, f["id"], model="SmolLM2-135M-Instruct", method={"lcsb": {"schedule": "auto"}})
-    assert smol.json()["method"]["lcsb"]["schedule"] == "topfull"
+    smol = create_job(client, alice, f["id"], model="SmolLM2-135M-Instruct", method={"lcsb": {"schedule": "auto"}},
+                      hyperparameters={"max_steps": 40, "n_epochs": 20})
+    assert smol.json()["method"]["lcsb"]["schedule"] == "auto"
     err = assert_error(create_job(client, alice, f["id"], model="gemma-3-270m", method={"lcsb": {"full_every": 3}}),
                        400, param="method.lcsb.full_every")
-    assert "schedule 'tail' (gemma-3-270m's default)" in err["message"]
+    assert "schedule 'full' (what auto chose for this gemma-3-270m job)" in err["message"]
     assert err["message"].endswith("or name method.lcsb.schedule topfull")
     one = create_job(client, alice, f["id"], model="gemma-3-270m", hyperparameters={"batch_size": 1})
-    assert one.status_code == 200 and one.json()["method"]["lcsb"]["schedule"] == "tail"
+    assert one.status_code == 200 and one.json()["method"]["lcsb"]["schedule"] == "full"

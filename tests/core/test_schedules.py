@@ -167,14 +167,15 @@ def test_full_every_only_with_topfull_and_within_max_steps():
     cfg().check_honoured()  # the default N applies as it can: a 2-step job of the default schedule runs
 
 
-def test_the_default_schedule_is_topfull_every_4th_step():
-    """The product default on SmolLM2 chosen by the decision grid (BENCHMARKS.md, "Choosing the default
-    schedule"); "auto" resolves to it for that model."""
+def test_auto_on_smollm2_is_the_probe_then_tail_switch_at_k_8():
+    """"auto" on SmolLM2 for a job of known length (lcsb_core.default_schedule, issue 47): 4 full-depth
+    probe steps, then tail at k = 8 of 30 if the probe's lower-layer share is low; exact gradients."""
     settings = LCSBSettings()
-    settings.resolve("SmolLM2-135M-Instruct")
+    settings.resolve("SmolLM2-135M-Instruct", 100)
     sched = schedule_for(settings, num_layers=30)
-    assert (sched.name, sched.k, sched.full_every, sched.identity_skip) == ("topfull", 8, 4, False)
-    assert [len(sched.layers_for_step(t)) for t in range(8)] == [8, 8, 8, 30, 8, 8, 8, 30]
+    assert (sched.name, sched.k, sched.full_every, sched.identity_skip) == ("auto", 8, None, False)
+    assert [len(sched.layers_for_step(t)) for t in range(4)] == [30, 30, 30, 30]
+    assert sched.max_backprop_layers() == 30 and sched.keeps_all_activations
 
 
 @pytest.mark.parametrize("name", [n for n in SCHEDULES if n != "importance"])
@@ -213,7 +214,7 @@ def test_the_protocol_names_what_the_callers_read():
     assert {"layers_for_step", "backprop_layers", "max_backprop_layers", "keeps_all_activations", "cycle_length",
             "identity_skip", "uses_k", "full_every", "k", "num_layers", "name", "needs_probe", "observe",
             "state_dict", "load_state_dict", "describe", "deep_fraction", "shallow_layers",
-            "update_shares"} == set(PROTOCOL_MEMBERS)
+            "update_shares", "decision"} == set(PROTOCOL_MEMBERS)
 
 
 @pytest.mark.parametrize("name", SCHEDULES)

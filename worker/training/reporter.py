@@ -11,6 +11,10 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers
+    on_schedule_decision  "auto: the lower 22 layers carried 31.2% of the gradient over the first 4 steps
+                   (threshold 50%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
+                   probe-then-switch schedule); data: `schedule_decision`, which the job object's
+                   `method.lcsb.auto.decision` shows from then on
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
                    `EVAL_PROGRESS_EVERY_S` seconds of an evaluation, so `lcsb jobs follow` prints a
                    line at least every 30 s during a long one); data: step, eval_batches_done,
@@ -45,6 +49,7 @@ from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint
 from lcsb_service.db import Database
 from lcsb_service.events import add_event, heartbeat, record_progress
+from lcsb_service.job_records import record_auto_decision
 from lcsb_service.storage import Storage
 from worker.threads import ThreadPolicy
 
@@ -100,6 +105,7 @@ class JobReporter(TrainerCallback):
                                                     "device", "torch_threads", "c_allocator", "train_examples",
                                                     "eval_examples", "lora_parameters", "start_step",
                                                     "learning_rate", "warmup_steps", "lr_schedule")},
+                            **{k: info.get(k) for k in ("auto", "schedule_decision")},
                             "thread_policy": policy.to_dict() if policy else None})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 
@@ -124,6 +130,16 @@ class JobReporter(TrainerCallback):
             if (self.log_every and r.step % self.log_every == 0) or r.step == r.total_steps:
                 add_event(s, self.job_id, f"Step {r.step}/{r.total_steps}: training loss={r.loss:.4f}",
                           type="metrics", data=data)
+
+    def on_schedule_decision(self, decision: dict) -> None:
+        chosen = ("switching to " + decision["schedule"]) if decision["schedule"] != "full" \
+            else "staying at full depth (all layers)"
+        with _reporting("auto's decision", self.job_id), self.db.session() as s:
+            add_event(s, self.job_id, f"auto: the lower {decision['lower_layers']} layers carried "
+                      f"{decision['lower_share']:.1%} of the gradient over the first {decision['probe_steps']} steps "
+                      f"(threshold {decision['threshold']:.0%}): {chosen} from step {decision['from_step']}",
+                      data={"schedule_decision": decision})
+            record_auto_decision(s, self.job_id, decision)
 
     def on_eval_progress(self, p: EvalProgress) -> None:
         if p.batches_done == 1:

@@ -1,0 +1,200 @@
+"""Issue 47: `auto`'s rule from the time-to-quality grid (bench/grids/time_to_quality.yaml): per dataset
+the lower-layer share of the first full-depth steps, each schedule's share of full backprop's gain and its
+time to 95 % of that gain, the switch threshold fitted with each dataset left out in turn, and one picture
+per dataset (eval loss against seconds, one line per schedule).
+
+    python bench/auto_rule.py bench/results/default_quality_100steps --steps 100 \
+        --step-time bench/results/step_time_schedules_cpu_avx512_b.json \
+        --step-time bench/results/step_time_split_cpu.json --plots bench/plots
+
+Each folder under the results folder is one dataset (its runs: `bench/quality.py` result files). The
+lower-layer share is the product's own arithmetic (`lcsb_core.schedules.SwitchSchedule.lower_share` over
+the first `PROBE_STEPS` steps' per-layer gradient norms, which a full-depth run's result file records).
+Time is counted as steps times each schedule's quiet step time from the `bench/step_time.py` tables (full
+backprop = 1; an `auto` run: its probe steps at full's time, the rest at the time of the schedule it chose),
+not the runs' own seconds, so other work beside the grid does not enter.
+
+The threshold rule, stated before it was tested: among the training datasets, those where `SWITCH_TO`
+kept >= `KEEP` of full backprop's gain at `--steps` (mean over seeds) are the ones to switch on. The
+threshold is the midpoint between the highest share of a dataset to switch on and the lowest share of one
+not to (above every share to switch on, when there is none not to, by `MARGIN`); with no dataset to
+switch on, 0 (never switch). A held-out dataset passes when the rule's decision keeps >= `KEEP`: staying at
+full depth always does (the run is full backprop's); switching does when `SWITCH_TO` kept >= `KEEP` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common.curves import eval_of, load_runs
+from bench.common.results import read_rows
+from bench.schedule_decision import label_of, speed_vs_full
+from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_TO
+from lcsb_core.schedules import DEFAULT_FRACTION, PureSchedule, SwitchSchedule, make_schedule
+
+KEEP = 0.95
+"""The share of full backprop's eval-loss gain `auto` must keep (issue 47)."""
+MARGIN = 0.02
+"""How far above the highest share seen to switch on the threshold lies when no dataset says where to stop."""
+
+
+def probe_share(run: dict, probe_steps: int = PROBE_STEPS) -> float | None:
+    """The mean lower-layer share of a full-depth run's first `probe_steps` steps (None when its result
+    file has no per-layer norms or fewer steps)."""
+    rows = run.get("layer_grad_norms") or []
+    if label_of(run) != "full" or len(rows) < probe_steps:
+        return None
+    layers = run["num_layers"]
+    then = make_schedule(SWITCH_TO, num_layers=layers, fraction=run["spec"].get("fraction", DEFAULT_FRACTION))
+    assert isinstance(then, PureSchedule)
+    switch = SwitchSchedule(layers, then.k, then, probe_steps, threshold=0.0)
+    return statistics.fmean(switch.lower_share(dict(enumerate(r))) for r in rows[:probe_steps])
+
+
+def gain_kept(run: dict, full: dict, steps: int) -> float:
+    """(base - the run's eval loss at `steps`) / (base - full backprop's), base = full's step-0 loss."""
+    base = eval_of(full, 0)["eval_loss"]
+    return (base - eval_of(run, steps)["eval_loss"]) / (base - eval_of(full, steps)["eval_loss"])
+
+
+def seconds_curve(run: dict, step_s: dict[str, float]) -> list[tuple[float, float]]:
+    """(seconds, eval loss) per evaluation, seconds = steps x the schedule's quiet step time (`auto`:
+    `PROBE_STEPS` at full's, the rest at its decision's)."""
+    label = label_of(run)
+    if label == "auto":
+        after = step_s[(run.get("schedule_decision") or {}).get("schedule", "full")]
+        at = lambda n: min(n, PROBE_STEPS) * step_s["full"] + max(0, n - PROBE_STEPS) * after  # noqa: E731
+    else:
+        at = lambda n: n * step_s[label]  # noqa: E731
+    return [(at(e["step"]), e["eval_loss"]) for e in run["evals"]]
+
+
+def time_to_keep(run: dict, full: dict, steps: int, step_s: dict[str, float]) -> float | None:
+    """Seconds the run needs to reach `KEEP` of full backprop's gain at `steps`, as a fraction of full's
+    seconds for `steps` (linear between evaluations); None if it never does within its run."""
+    base = eval_of(full, 0)["eval_loss"]
+    target = base - KEEP * (base - eval_of(full, steps)["eval_loss"])
+    curve = seconds_curve(run, step_s)
+    for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
+        if y1 <= target:
+            return (t0 + (t1 - t0) * (y0 - target) / (y0 - y1) if y0 > target else t0) / (steps * step_s["full"])
+    return None
+
+
+def fit_threshold(shares: dict[str, float], keeps: dict[str, float]) -> float:
+    """The module docstring's rule on the datasets in `shares` (dataset -> lower-layer share) with
+    `keeps` (dataset -> `SWITCH_TO`'s share of full's gain)."""
+    on = [shares[d] for d in shares if keeps[d] >= KEEP]
+    off = [shares[d] for d in shares if keeps[d] < KEEP]
+    if not on:
+        return 0.0
+    above = [s for s in off if s > max(on)]
+    return (max(on) + min(above)) / 2 if above else max(on) + MARGIN
+
+
+def step_times(paths: list[str]) -> dict[str, float]:
+    """Schedule -> quiet step time as a fraction of full backprop's (the first table that has it)."""
+    rows_per_file = [read_rows(p) for p in paths]
+    out: dict[str, float] = {"full": 1.0}
+    for label in ("tail", "topfull/4", "split", "topfull/2", "top", "freeze", "cyclic"):
+        speed = next((s for rows in rows_per_file if (s := speed_vs_full(rows, label))), None)
+        if speed:
+            out[label] = 1.0 / speed
+    return out
+
+
+def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None) -> str:
+    lines, shares, keeps = [], {}, {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        runs = [r for r in load_runs(folder) if r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto"]
+        fulls = {r["spec"]["seed"]: r for r in runs if label_of(r) == "full" and r["spec"]["steps"] == steps}
+        seed_shares = {r["spec"]["seed"]: s for r in runs if (s := probe_share(r)) is not None}
+        if not fulls or not seed_shares:
+            continue
+        shares[folder.name] = statistics.fmean(seed_shares.values())
+        lines.append(f"\n{folder.name}: lower-layer share of the first {PROBE_STEPS} steps "
+                     + ", ".join(f"seed {s}: {v:.3f}" for s, v in sorted(seed_shares.items()))
+                     + f"; mean {shares[folder.name]:.3f}\n")
+        lines.append(f"| schedule | seeds | share of full's gain @{steps} | time to {KEEP:.0%} of full's gain "
+                     "(x full's time) | step time (x full's) |")
+        lines.append("|---|---|---|---|---|")
+        by_label: dict[str, list[dict]] = defaultdict(list)
+        for r in runs:
+            if r["spec"]["steps"] == steps and r["spec"]["seed"] in fulls and eval_of(r, steps):
+                by_label[label_of(r)].append(r)
+        for label, group in sorted(by_label.items(), key=lambda kv: step_s.get(kv[0], 1.0), reverse=True):
+            kept = [gain_kept(r, fulls[r["spec"]["seed"]], steps) for r in group]
+            reach = [time_to_keep(r, fulls[r["spec"]["seed"]], steps, step_s) for r in group]
+            if label == SWITCH_TO:
+                keeps[folder.name] = statistics.fmean(kept)
+            lines.append(f"| {label} | {', '.join(str(r['spec']['seed']) for r in group)} | "
+                         f"{', '.join(f'{k:.1%}' for k in kept)} (mean {statistics.fmean(kept):.1%}) | "
+                         f"{', '.join('not reached' if t is None else f'{t:.2f}' for t in reach)} | "
+                         f"{step_s.get(label, float('nan')):.2f} |")
+        if plots:
+            lines.append(f"\n{plot(folder.name, by_label, step_s, plots)}")
+    lines.append("\nThreshold fitted with each dataset left out (the rule in bench/auto_rule.py's docstring):\n")
+    lines.append("| left out | fitted on | threshold | its share | decision | kept by the decision | passes |")
+    lines.append("|---|---|---|---|---|---|---|")
+    usable = [d for d in shares if d in keeps]
+    for out in usable:
+        train = {d: shares[d] for d in usable if d != out}
+        tau = fit_threshold(train, keeps)
+        switch = shares[out] < tau
+        held = keeps[out] if switch else 1.0
+        lines.append(f"| {out} | {', '.join(train)} | {tau:.3f} | {shares[out]:.3f} | "
+                     f"{SWITCH_TO if switch else 'full'} | {held:.1%} | {'yes' if held >= KEEP else 'no'} |")
+    if usable:
+        lines.append(f"\nFitted on all ({', '.join(usable)}): threshold "
+                     f"{fit_threshold({d: shares[d] for d in usable}, keeps):.3f}")
+    return "\n".join(lines)
+
+
+def plot(name: str, by_label: dict[str, list[dict]], step_s: dict[str, float], out: Path) -> Path:
+    """Eval loss against seconds (x full backprop's step), one line per schedule (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, group in sorted(by_label.items()):
+        curves = [seconds_curve(r, step_s) for r in group]
+        n = min(len(c) for c in curves)
+        xs = [curves[0][i][0] for i in range(n)]
+        ys = [statistics.fmean(c[i][1] for c in curves) for i in range(n)]
+        ax.plot(xs, ys, marker="o", label=f"{label} ({len(group)} seed{'s' * (len(group) > 1)})")
+    ax.set_xlabel("training time (full backprop steps)")
+    ax.set_ylabel("eval loss")
+    ax.set_title(f"SmolLM2-135M NF4, {name}: eval loss vs time")
+    ax.legend()
+    path = out / f"time_to_quality_{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", type=Path, help="a results folder with one folder per dataset")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--step-time", action="append", default=[], help="bench/step_time.py --json output(s)")
+    ap.add_argument("--plots", default="", help="folder for the PNG pictures")
+    args = ap.parse_args(argv)
+    plots = Path(args.plots) if args.plots else None
+    if plots:
+        plots.mkdir(parents=True, exist_ok=True)
+    step_s = step_times(args.step_time)
+    print("step time (x full backprop's): " + ", ".join(f"{k} {v:.2f}" for k, v in step_s.items()))
+    print(report(args.results, args.steps, step_s, plots))
+
+
+if __name__ == "__main__":
+    main()

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common.curves import eval_of, load_runs
+from bench.common.curves import eval_at, eval_of, load_runs
 from bench.common.results import read_rows
 from bench.schedule_decision import label_of, speed_vs_full
 from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_TO
@@ -126,7 +126,7 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None)
         lines.append("|---|---|---|---|---|")
         by_label: dict[str, list[dict]] = defaultdict(list)
         for r in runs:
-            if r["spec"]["steps"] == steps and r["spec"]["seed"] in fulls and eval_of(r, steps):
+            if r["spec"]["steps"] == steps and r["spec"]["seed"] in fulls and eval_at(r, steps):
                 by_label[label_of(r)].append(r)
         for label, group in sorted(by_label.items(), key=lambda kv: step_s.get(kv[0], 1.0), reverse=True):
             kept = [gain_kept(r, fulls[r["spec"]["seed"]], steps) for r in group]

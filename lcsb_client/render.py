@@ -146,6 +146,18 @@ def _method(job: dict) -> str:
     return " | ".join(parts)
 
 
+def _auto(job: dict) -> list[tuple[str, str]]:
+    """The `auto` row: what it chose for the job and why, and its probe's decision once made."""
+    auto = ((job.get("method") or {}).get("lcsb") or {}).get("auto")
+    if not auto:
+        return []
+    d = auto.get("decision")
+    decided = (f"; after {d['probe_steps']} steps the lower {d['lower_layers']} layers carried "
+               f"{d['lower_share']:.1%} of the gradient (threshold {d['threshold']:.0%}): "
+               f"{'all layers' if d['schedule'] == 'full' else d['schedule']} from step {d['from_step']}") if d else ""
+    return [("auto", auto["reason"] + decided)]
+
+
 def job_details(job: dict) -> Table:
     p = job.get("progress") or {}
     progress = _steps(job) + (f" ({p['percent']}%)" if p.get("percent") is not None else "")
@@ -157,7 +169,7 @@ def job_details(job: dict) -> Table:
         ("id", job["id"]), ("status", status_text(job.get("status"))), ("model", job.get("model", "")),
         ("training_file", job.get("training_file", "")), ("validation_file", job.get("validation_file") or "-"),
         ("hyperparameters", " ".join(f"{k}={v}" for k, v in hp.items() if v is not None) or "-"),
-        ("method", _method(job)), ("progress", progress),
+        ("method", _method(job)), *_auto(job), ("progress", progress),
         ("queue", f"{job.get('queue', '-')}" + (f" (estimated peak {est['total_mib']:,.0f} MiB)"
                                                 if est.get("total_mib") else "")),
         ("created", when(job.get("created_at"))), ("finished", when(job.get("finished_at")))]

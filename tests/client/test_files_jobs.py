@@ -167,7 +167,7 @@ def test_the_example_job_spec_is_accepted(lcsb, tmp_path, name):
     """examples/final_answer_job.yaml (the README's main job) and gsm8k_job.yaml against the live API, on
     stand-in datasets at the paths they name, as many training lines as the real ones (400): their eval_every
     and save_every (50) must fit the run's real step count (100), which creation now checks. A spec that
-    names no schedule gets SmolLM2's default (`auto`: topfull)."""
+    names no schedule gets `auto` resolved for its 100 steps on SmolLM2: the probe-then-switch schedule."""
     example = Path(__file__).resolve().parents[2] / "examples" / name
     (tmp_path / "examples").mkdir()
     spec = tmp_path / "examples" / example.name
@@ -178,6 +178,19 @@ def test_the_example_job_spec_is_accepted(lcsb, tmp_path, name):
     r = lcsb("jobs", "submit", spec, "--json")
     assert r.exit_code == 0, r.output
     job = json.loads(r.stdout)
-    expected = raw["method"].get("lcsb", {}).get("schedule", "topfull")
+    expected = raw["method"].get("lcsb", {}).get("schedule", "auto")
     assert job["status"] == "queued" and job["method"]["lcsb"]["schedule"] == expected
     assert lcsb("jobs", "cancel", job["id"]).exit_code == 0
+
+
+def test_jobs_get_states_what_auto_chose_and_why(lcsb, tmp_path):
+    write_dataset(tmp_path / "data" / "train.jsonl", n=16)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"model": SMOL, "training_path": "data/train.jsonl",
+                                    "hyperparameters": {"n_epochs": 1, "batch_size": 2}}))
+    job = json.loads(lcsb("jobs", "submit", spec, "--json").stdout)
+    assert job["method"]["lcsb"]["schedule"] == "full"
+    shown = lcsb("jobs", "get", job["id"])
+    assert shown.exit_code == 0
+    assert "full backprop: 8 planned steps are fewer than the 32 on which a selective schedule" in shown.stdout
+    lcsb("jobs", "cancel", job["id"])

@@ -23,6 +23,17 @@
     LCSB.alertBox(what + " stopped: " + ((r.body && r.body.error && r.body.error.message) || "HTTP " + r.status));
   }
 
+  // What `auto` chose for the job and why (method.lcsb.auto), and once its probe is over the numbers it saw.
+  function renderAuto(auto) {
+    const line = document.getElementById("job-auto");
+    line.hidden = !auto;
+    if (!auto) return;
+    const d = auto.decision;
+    line.textContent = "auto: " + auto.reason + (d ? ` · decided after ${d.probe_steps} steps: the lower ` +
+      `${d.lower_layers} layers carried ${(100 * d.lower_share).toFixed(1)}% of the gradient (threshold ` +
+      `${Math.round(100 * d.threshold)}%), ${d.schedule === "full" ? "all layers" : d.schedule} from step ${d.from_step}` : "");
+  }
+
   function renderJob(j) {
     job = j;
     const lcsb = (j.method || {}).lcsb || {};
@@ -31,6 +42,7 @@
     badge.className = "badge status-" + j.status;
     setText("job-summary", `${j.model} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
       `worker class ${j.queue} · created ${LCSB.fmtTime(j.created_at)}` + (j.fine_tuned_model ? " · " + j.fine_tuned_model : ""));
+    renderAuto(lcsb.auto);
     renderLineage(j);
     document.getElementById("job-try").hidden = !(j.status === "succeeded" && j.fine_tuned_model);
     if (j.fine_tuned_model) document.getElementById("job-try-link").href = "/ui/playground?model=" + encodeURIComponent(j.fine_tuned_model);

@@ -3,9 +3,11 @@ token stream (`lcsb_service.streams`) and answer with one JSON object or server-
 
     return await answer(request.app, payload, kind="chat", stream=True, include_usage=True)
 
-Streaming follows OpenAI's order, one `id` and `created` for every chunk: a role chunk (chat), the
-content deltas, a finish chunk (`stop` or `length`), a usage chunk (`choices: []`) when
-`stream_options.include_usage`, then `data: [DONE]`. A failure after the stream began is sent as an
+Streaming follows OpenAI's order, one `id` and `created` for every chunk: a role chunk per choice
+(chat), the content deltas (each chunk one choice, named by its `index`, with its tokens' `logprobs`
+when asked), a finish chunk per choice (`stop` or `length`), a usage chunk (`choices: []`; every
+choice's tokens, the prompt once) when `stream_options.include_usage`, then `data: [DONE]`. The
+choices' shapes: `api.choices`. A failure after the stream began is sent as an
 `event: error` whose data is OpenAI's error body, so the `openai` client raises `APIError` instead of
 ending quietly. Before anything is sent the API waits for the worker's first record, so a prompt over
 the context or an unknown model is still an HTTP error (400, 404).
@@ -29,6 +31,7 @@ import anyio
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from api.choices import choice, finish_reasons, logprobs_of
 from lcsb_service.chat import GenerationRequest
 from lcsb_service.enqueue import TaskSender
 from lcsb_service.errors import Overloaded, ServiceError
@@ -56,16 +59,6 @@ def _record_error(record: dict[str, Any]) -> ServiceError:
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _choice(kind: str, *, text: str | None, finish: str | None, first: bool = False, whole: bool = False) -> dict:
-    if kind == "completion":
-        return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-    if whole:
-        return {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None}, "logprobs": None,
-                "finish_reason": finish}
-    delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
-    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
 
 
 async def answer(app: FastAPI, payload: GenerationRequest, *, stream: bool, include_usage: bool) -> Any:
@@ -118,12 +111,12 @@ async def answer(app: FastAPI, payload: GenerationRequest, *, stream: bool, incl
             "model": payload.model, "system_fingerprint": None}
     if not stream:
         try:
-            return await _whole(head, kind, first["prompt_tokens"], records)
+            return await _whole(head, payload, first["prompt_tokens"], records)
         finally:
             await records.aclose()
             release(cancel=False)
-    return _GenerationStream(_events(head, kind, first["prompt_tokens"], records, include_usage, release), records,
-                             release)
+    return _GenerationStream(_events(head, payload, first["prompt_tokens"], records, include_usage, release),
+                             records, release)
 
 
 class _GenerationStream(StreamingResponse):
@@ -146,16 +139,29 @@ class _GenerationStream(StreamingResponse):
             self._release(cancel=True)   # a no-op when the stream already ended and released
 
 
-async def _whole(head: dict, kind: str, prompt_tokens: int, records: AsyncGenerator[dict, None]) -> JSONResponse:
-    parts: list[str] = []
+def _prompt_chars(payload: GenerationRequest) -> int:
+    return len(payload.prompt or "")
+
+
+async def _whole(head: dict, payload: GenerationRequest, prompt_tokens: int,
+                 records: AsyncGenerator[dict, None]) -> JSONResponse:
+    kind, n = payload.kind, payload.n
+    parts: list[list[str]] = [[] for _ in range(n)]
+    tokens: list[list[dict]] | None = [[] for _ in range(n)] if payload.logprobs is not None else None
     async for record in records:
         if record["t"] == "delta":
-            parts.append(record["text"])
+            i = int(record.get("i", 0))
+            parts[i].append(record["text"])
+            if tokens is not None:
+                tokens[i] += record.get("logprobs") or []
         elif record["t"] == "error":
             raise _record_error(record)
         elif record["t"] == "end":
-            body = {**head, "object": _OBJECTS[kind][0],
-                    "choices": [_choice(kind, text="".join(parts), finish=record["finish_reason"], whole=True)],
+            choices = [choice(kind, i, text="".join(parts[i]), finish=reason, whole=True,
+                              logprobs=logprobs_of(kind, tokens[i] if tokens is not None else None,
+                                                   _prompt_chars(payload)))
+                       for i, reason in enumerate(finish_reasons(record, n))]
+            body = {**head, "object": _OBJECTS[kind][0], "choices": choices,
                     "usage": _usage(prompt_tokens, record["completion_tokens"])}
             return JSONResponse(body)
     raise ServiceError("the inference worker ended the stream early", code="generation_failed")
@@ -171,23 +177,28 @@ def _sse_error(message: str, code: str | None, status: int = 500) -> bytes:
     return f"event: error\ndata: {json.dumps({'error': error})}\n\n".encode()
 
 
-async def _events(head: dict, kind: str, prompt_tokens: int, records: AsyncGenerator[dict, None], include_usage: bool,
-                  release: Any) -> AsyncIterator[bytes]:
+async def _events(head: dict, payload: GenerationRequest, prompt_tokens: int, records: AsyncGenerator[dict, None],
+                  include_usage: bool, release: Any) -> AsyncIterator[bytes]:
+    kind, n, asked, chars = payload.kind, payload.n, payload.logprobs is not None, _prompt_chars(payload)
     base = {**head, "object": _OBJECTS[kind][1]}
     extra = {"usage": None} if include_usage else {}
     finished = False   # the worker's `end` arrived; otherwise it is told to stop
     try:
         if kind == "chat":
-            yield _sse({**base, "choices": [_choice(kind, text=None, finish=None, first=True)], **extra})
+            for i in range(n):
+                yield _sse({**base, "choices": [choice(kind, i, text=None, finish=None, first=True)], **extra})
         try:
             async for record in records:
                 if record["t"] == "delta":
-                    yield _sse({**base, "choices": [_choice(kind, text=record["text"], finish=None)], **extra})
+                    logprobs = logprobs_of(kind, (record.get("logprobs") or []) if asked else None, chars)
+                    yield _sse({**base, "choices": [choice(kind, int(record.get("i", 0)), text=record["text"],
+                                                           finish=None, logprobs=logprobs)], **extra})
                 elif record["t"] == "error":
                     yield _sse_error(str(record.get("message")), record.get("code"), int(record.get("status") or 500))
                     return
                 elif record["t"] == "end":
-                    yield _sse({**base, "choices": [_choice(kind, text=None, finish=record["finish_reason"])], **extra})
+                    for i, reason in enumerate(finish_reasons(record, n)):
+                        yield _sse({**base, "choices": [choice(kind, i, text=None, finish=reason)], **extra})
                     if include_usage:
                         yield _sse({**base, "choices": [], "usage": _usage(prompt_tokens, record["completion_tokens"])})
                     yield b"data: [DONE]\n\n"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,17 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+
+
+SEED_SPACE = 2**32 - 1   # seeds 0..2**32 - 2: llama.cpp reads 2**32 - 1 as "draw a random seed"
+
+
+def choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The sampling of choice `index` of a request of several (`n`): seed + index (past 2**32 - 2 it
+    wraps to 0, so it stays a seed llama.cpp honours); no seed stays no seed (each choice draws its own)."""
+    if params.seed is None or index == 0:
+        return params
+    return replace(params, seed=(params.seed + index) % SEED_SPACE)
 
 
 def adapter_hash(adapter_dir: Path) -> str:

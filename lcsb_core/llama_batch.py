@@ -16,7 +16,9 @@ one `llama_decode` (seq ids in increasing order: llama.cpp computes consecutive 
 A finished sequence frees its slot at once (`llama_memory_seq_rm`) and the next waiting prompt takes
 it: continuous batching. Each sequence samples with its own llama.cpp sampler chain (`sampler_chain`):
 OpenAI's frequency and presence penalties over the tokens it made (`llama_sampler_init_penalties`),
-then greedy at temperature 0, else `top_p`, temperature and a seeded draw.
+then greedy at temperature 0, else `top_p`, temperature and a seeded draw. A sequence that asks for
+log probabilities (`SeqJob.logprobs`) gets, for each token, the log-softmax of the logits row it was
+drawn from, read before the sampler chain runs (`lcsb_core.logprobs`; `BatchDecoder.logprobs`).
 
 Every per-token result here is computed row by row (quantized weights times one activation row,
 attention over the sequence's own stream), so a sequence's tokens do not depend on which others run
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lcsb_core.inference import SamplingParams
+from lcsb_core.logprobs import TokenLogprobs, token_logprobs
 
 N_BATCH = 512          # tokens per llama_decode call and per ubatch (llama.cpp's default)
 
@@ -39,12 +42,14 @@ N_BATCH = 512          # tokens per llama_decode call and per ubatch (llama.cpp'
 @dataclass
 class SeqJob:
     """One sequence to decode: `prompt` token ids (at least one), its `params` (max_new_tokens,
-    temperature, top_p, seed, penalties; stop strings are the caller's), and `should_stop`, asked before
-    every new token (a cancelled request)."""
+    temperature, top_p, seed, penalties; stop strings are the caller's), `should_stop`, asked before
+    every new token (a cancelled request), and `logprobs`: None for none, else the log probability of
+    each sampled token and of the `logprobs` (0..20) most likely ones at its position."""
 
     prompt: Sequence[int]
     params: SamplingParams
     should_stop: Callable[[], bool] = field(default=lambda: False)
+    logprobs: int | None = None
 
 
 def sampler_chain(params: SamplingParams, vocab_size: int) -> Any:
@@ -76,6 +81,8 @@ class _Running:
     made: int           # tokens sampled so far
     sampler: Any
     next_token: int     # the last token sampled, to decode at the next step
+    top: int | None = None                 # log probabilities wanted: None, or how many alternatives
+    last: TokenLogprobs | None = None      # those of `next_token`
 
 
 class BatchDecoder:
@@ -180,7 +187,8 @@ class BatchDecoder:
         if slot in self.running or not 0 <= slot < self.slots:
             raise ValueError(f"slot {slot} is not free")
         llama_cpp.llama_memory_seq_rm(self.mem, slot, -1, -1)
-        self.running[slot] = _Running(len(job.prompt), 0, sampler_chain(job.params, self.vocab_size), -1)
+        self.running[slot] = _Running(len(job.prompt), 0, sampler_chain(job.params, self.vocab_size), -1,
+                                      job.logprobs)
         try:
             self._prefill(slot, job.prompt)
         except BaseException:
@@ -192,10 +200,22 @@ class BatchDecoder:
         import llama_cpp
 
         r = self.running[slot]
+        row = None
+        if r.top is not None:   # the logits as the model made them: the chain below works on a copy
+            import numpy as np
+
+            row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, idx), shape=(self.vocab_size,))
+            row = row.copy()
         token = int(llama_cpp.llama_sampler_sample(r.sampler, self.ctx, idx))
+        r.last = token_logprobs(row, token, r.top) if row is not None and r.top is not None else None
         r.made += 1
         r.next_token = token
         return token
+
+    def logprobs(self, slot: int) -> TokenLogprobs | None:
+        """The log probabilities of the token the sequence in `slot` sampled last (None when its job
+        did not ask for them)."""
+        return self.running[slot].last
 
     def step(self, slots: Sequence[int]) -> list[int]:
         """Decode the last sampled token of each of `slots` (running sequences) in one llama_decode, in

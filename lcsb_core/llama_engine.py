@@ -7,6 +7,8 @@ fallback, for CUDA or a base without a GGUF). Same interface as `InferenceEngine
     run = engine.stream(ids, adapter_dir, SamplingParams(max_new_tokens=64, temperature=0))
     for text in run: print(text, end="")
     run.finish_reason, run.completion_tokens, run.tokens
+    run = engine.stream(ids, None, params, n=3, logprobs=5)   # 3 choices, seeds seed + i, log probabilities
+    for piece in run.pieces(): piece.index, piece.text, piece.logprobs
 
 The base GGUF loads once; one `llama_batch.BatchDecoder` context holds `slots` sequences of `n_ctx`
 tokens each (one for a serving worker; graded evaluation decodes all of an evaluation's prompts in
@@ -25,7 +27,10 @@ were imported from). Sampling follows OpenAI: temperature 0 greedy, else `top_p`
 min-p; `seed` seeds the draw; `frequency_penalty` / `presence_penalty` as OpenAI defines them
 (`llama_batch.sampler_chain`).
 Every end token stops (`end_tokens`), stop strings are cut as in the fallback (`cut_stops`), and
-`should_stop` is asked before every new token.
+`should_stop` is asked before every new token. `n` choices are `n` sequences of the batch (choice i
+seeded `seed + i`: `inference.choice_params`); log probabilities are computed from the logits llama.cpp
+made for each sampled token (`llama_batch.BatchDecoder.logprobs`), tokens shown as llama.cpp's pieces
+(`token_bytes`).
 """
 
 from __future__ import annotations
@@ -34,14 +39,17 @@ import ctypes
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lcsb_core.errors import ModelLoadError
-from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, cut_stops, end_tokens, finish_reason
+from lcsb_core.inference import MIB, Prompting, SamplingParams, adapter_hash, choice_params, end_tokens
 from lcsb_core.llama_batch import BatchDecoder, SeqJob
-from lcsb_core.llama_serving import ContinuousBatcher
+from lcsb_core.llama_generation import LlamaGeneration
+from lcsb_core.llama_serving import ContinuousBatcher, Output
+
+__all__ = ["MAX_CONTEXT", "GGUFAdapterCache", "LlamaEngine", "LlamaGeneration"]
 from lcsb_core.lru import LruBound
 
 MAX_CONTEXT = 8192   # tokens of KV cache per engine (Gemma-3-270M's 32,768 would hold ~0.6 GB for nothing)
@@ -103,46 +111,6 @@ class GGUFAdapterCache:
         return self.lru.mib
 
 
-class LlamaGeneration:
-    """One generation, decoded by the engine's `ContinuousBatcher` beside the other requests in
-    flight: iterate for text pieces; then `finish_reason` ("stop", "length", or "cancelled" when
-    `should_stop` ended it), `completion_tokens` and `tokens` (the ids made, an end token included).
-    Leaving the iteration early (a stop string, a consumer that stops reading) frees its slot."""
-
-    def __init__(self, engine: LlamaEngine, prompt_ids: list[int], params: SamplingParams,
-                 made: queue.SimpleQueue[int | BaseException | None], left: threading.Event) -> None:
-        self.engine, self.prompt_ids, self.params = engine, prompt_ids, params
-        self.made, self.left = made, left
-        self.tokens: list[int] = []
-        self.finish_reason: str | None = None
-        self.completion_tokens = 0
-
-    def _texts(self) -> Iterator[str]:
-        """Text pieces as tokens are made (a partial UTF-8 character waits for the rest of it)."""
-        engine = self.engine
-        printed = 0
-        try:
-            while (item := self.made.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                self.tokens.append(item)
-                if item in engine.end_token_ids:
-                    return
-                text = engine.tokenizer.decode(self.tokens, skip_special_tokens=True)
-                if not text.endswith("\ufffd") and len(text) > printed:
-                    yield text[printed:]
-                    printed = len(text)
-        finally:
-            self.left.set()   # the consumer stopped reading: the batcher frees the slot
-
-    def __iter__(self) -> Iterator[str]:
-        hit: list[bool] = []
-        yield from cut_stops(self._texts(), self.params.stop, lambda: hit.append(True))
-        self.completion_tokens = len(self.tokens)
-        self.finish_reason = finish_reason(bool(hit), self.tokens, self.engine.end_token_ids,
-                                           self.params.max_new_tokens)
-
-
 class LlamaEngine(Prompting):
     """One base GGUF (`gguf_path`, loaded once, `threads` CPU threads) with the tokenizer and generation
     config of the imported model folder `base_path`, its LoRA adapter cache (GGUF files in `lora_dir`),
@@ -189,6 +157,8 @@ class LlamaEngine(Prompting):
         self.lock = threading.RLock()     # held for every use of the context and the adapter cache
         self._active: str | None = None   # SHA-256 of the adapter set on the context; None: the base alone
         self._batcher: ContinuousBatcher | None = None
+        self._vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self._pieces: dict[int, bytes] = {}
 
     @property
     def context_length(self) -> int:
@@ -246,11 +216,25 @@ class LlamaEngine(Prompting):
         if self._active == sha:
             self.use(None)
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token `token` stands for (llama.cpp's piece; a special token as its text, `<|im_end|>`)."""
+        import llama_cpp
+
+        if token not in self._pieces:
+            buf = ctypes.create_string_buffer(256)
+            size = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+            self._pieces[token] = buf.raw[:max(size, 0)]
+        return self._pieces[token]
+
     def stream(self, prompt_ids: list[int], adapter_dir: Path | None, params: SamplingParams,
-               should_stop: Callable[[], bool] = lambda: False) -> LlamaGeneration:
-        """A generation of `prompt_ids` with the adapter at `adapter_dir` (None: the base alone).
+               should_stop: Callable[[], bool] = lambda: False, *, n: int = 1,
+               logprobs: int | None = None) -> LlamaGeneration:
+        """A generation of `prompt_ids` with the adapter at `adapter_dir` (None: the base alone): `n`
+        choices, decoded as `n` sequences of the batch (choice i with `choice_params(params, i)`), with
+        the log probabilities of each token and its `logprobs` most likely alternatives (None: none).
 
         Raises:
+            ValueError: `n` below 1.
             lcsb_core.errors.ExportError: the adapter cannot be held by a GGUF LoRA (it adapts a tensor
                 the base GGUF lacks, or is of another base).
             ModelLoadError: llama.cpp refused the converted adapter.
@@ -259,14 +243,22 @@ class LlamaEngine(Prompting):
         if adapter_dir is not None:
             sha = adapter_hash(adapter_dir)
             self.adapters.gguf_of(adapter_dir, sha)   # converted outside the lock: others keep decoding
-        left = threading.Event()
-        job = SeqJob(prompt_ids, params, lambda: left.is_set() or should_stop())
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        lefts = [threading.Event() for _ in range(n)]
+
+        def stops(left: threading.Event) -> Callable[[], bool]:
+            return lambda: left.is_set() or should_stop()
+
+        jobs = [SeqJob(prompt_ids, choice_params(params, i), stops(left), logprobs) for i, left in enumerate(lefts)]
+        out: Output = queue.SimpleQueue()
         with self.lock:   # loaded and queued at once: no other request can evict it in between
             batcher = self.batcher
             adapter = (self.adapters.get(adapter_dir, self._detach, sha=sha, keep=batcher.in_use())
                        if adapter_dir is not None else None)
-            made = batcher.submit(adapter, job)
-        return LlamaGeneration(self, prompt_ids, params, made, left)
+            for i, job in enumerate(jobs):
+                batcher.submit(adapter, job, out=out, index=i)
+        return LlamaGeneration(self, prompt_ids, params, out, lefts)
 
     def generate_batch(self, prompts: list[list[int]], adapter_dir: Path | None, params: SamplingParams,
                        on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:

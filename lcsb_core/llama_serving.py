@@ -2,8 +2,9 @@
 `llama_batch.BatchDecoder` in one scheduler thread per engine.
 
     batcher = ContinuousBatcher(engine)                  # engine: lcsb_core.llama_engine.LlamaEngine
-    tokens = batcher.submit(adapter, SeqJob(prompt_ids, params, should_stop))
-    while (item := tokens.get()) is not None: ...       # token ids; an exception when decoding failed
+    out = batcher.submit(adapter, SeqJob(prompt_ids, params, should_stop))
+    while (item := out.get()).token is not None: ...    # Made(index, token, logprobs); an exception when
+                                                        # decoding failed
     batcher.close()
 
 How it schedules (as llama.cpp's own server does with its slots, and with its rule that requests with
@@ -22,6 +23,8 @@ different LoRA sets are not decoded in one batch):
   generation) is asked before each step: that sequence's slot is freed at once, the others continue.
 - An adapter with waiting or running requests is never evicted from the engine's adapter cache
   (`GGUFAdapterCache.get(..., keep=...)`).
+- A request of `n` choices is `n` sequences submitted onto one queue (`submit(..., out=, index=)`): each
+  is admitted, grouped and stopped like any other, and tags what it makes with its choice's index.
 
 Each sequence's tokens are computed row by row as in `BatchDecoder.run`, so an answer does not depend
 on what runs beside it (`tests/integration/test_llama_serving.py`).
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lcsb_core.llama_batch import SeqJob
+from lcsb_core.logprobs import TokenLogprobs
 
 if TYPE_CHECKING:
     from lcsb_core.llama_engine import LlamaEngine
@@ -46,11 +50,25 @@ _NO_TURN = "<no turn>"   # no group's turn (None is the base's group)
 QUANTUM = 16   # decode steps a group of one adapter keeps the context while another group has sequences
 
 
+@dataclass(frozen=True)
+class Made:
+    """What one sequence of a request made: a `token` of choice `index` with its `logprobs` (None when
+    not asked), or `token` None when that choice's sequence ended (end token, token limit, stopped)."""
+
+    index: int
+    token: int | None
+    logprobs: TokenLogprobs | None = None
+
+
+Output = queue.SimpleQueue[Made | BaseException]   # a request's queue: what its sequences made, or a failure
+
+
 @dataclass
 class _Request:
     adapter: tuple[str, Any] | None       # (SHA-256, llama_adapter_lora pointer); None: the base alone
     job: SeqJob
-    out: queue.SimpleQueue[int | BaseException | None] = field(default_factory=queue.SimpleQueue)
+    out: Output = field(default_factory=queue.SimpleQueue)
+    index: int = 0                        # the choice this sequence answers
 
     @property
     def key(self) -> str | None:
@@ -82,17 +100,19 @@ class ContinuousBatcher:
         with self.cond:
             return frozenset(r.key for r in (*self.waiting, *self.running.values()) if r.key is not None)
 
-    def submit(self, adapter: tuple[str, Any] | None, job: SeqJob) -> queue.SimpleQueue[int | BaseException | None]:
-        """Queue `job` with `adapter` ((SHA-256, pointer) from the engine's cache; None: the base).
-        Returns the queue its token ids arrive on, then None when the sequence ended (end token,
-        `max_new_tokens`, or `should_stop()`), or an exception (then nothing more).
+    def submit(self, adapter: tuple[str, Any] | None, job: SeqJob, *, out: Output | None = None,
+               index: int = 0) -> Output:
+        """Queue `job` with `adapter` ((SHA-256, pointer) from the engine's cache; None: the base) as
+        choice `index`, onto `out` (a new queue when None; the choices of one request share one).
+        Returns the queue: a `Made` per token, then `Made(index, None)` when the sequence ended (end
+        token, `max_new_tokens`, or `should_stop()`), or an exception (then nothing more from it).
 
         Raises:
             ValueError: the job does not fit a slot (`BatchDecoder.check`).
             RuntimeError: the batcher is closed.
         """
         self.decoder.check(job)
-        request = _Request(adapter, job)
+        request = _Request(adapter, job, out if out is not None else queue.SimpleQueue(), index)
         with self.cond:
             if self.closed:
                 raise RuntimeError("the engine is closed")
@@ -138,12 +158,13 @@ class ContinuousBatcher:
         self.decoder.stop(slot)
         with self.cond:
             request = self.running.pop(slot)
-        request.out.put(item)
+        request.out.put(item if item is not None else Made(request.index, None))
 
     def _deliver(self, slot: int, token: int) -> None:
-        """Hand `token` to its request; end the sequence at an end token or its token limit."""
+        """Hand `token` (and its log probabilities) to its request; end the sequence at an end token or
+        its token limit."""
         request = self.running[slot]
-        request.out.put(token)
+        request.out.put(Made(request.index, token, self.decoder.logprobs(slot)))
         if token in self.engine.end_token_ids or self.decoder.made(slot) >= request.job.params.max_new_tokens:
             self._end(slot)
 
@@ -153,7 +174,7 @@ class ContinuousBatcher:
             for r in gone:
                 self.waiting.remove(r)
         for r in gone:
-            r.out.put(None)
+            r.out.put(Made(r.index, None))
 
     def _drop_running(self) -> None:
         for slot in [s for s, r in self.running.items() if r.job.should_stop()]:

@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_STOP = 4   # stop sequences per request (OpenAI's limit)
+MAX_N = 8      # choices per request (each one sequence of the worker's batch)
+MAX_TOP_LOGPROBS = 20   # alternatives per token (OpenAI's chat bound; legacy completions: 5)
 
 
 class Message(BaseModel):
@@ -30,7 +32,9 @@ class GenerationRequest(BaseModel):
     """One request: exactly one of `messages` (chat, rendered with the model's chat template) and
     `prompt` (completions, tokenized as is). `temperature` 0 is greedy decoding; `seed` fixes the
     sampling (None: a fresh one); `stop` strings end the answer and are not part of it; `frequency_penalty`
-    and `presence_penalty` as OpenAI defines them (`lcsb_core.inference.SamplingParams`)."""
+    and `presence_penalty` as OpenAI defines them (`lcsb_core.inference.SamplingParams`); `n` choices
+    (choice i seeded `seed + i`); `logprobs`: None for none, else the log probability of each token
+    and of its `logprobs` most likely alternatives."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")
@@ -47,6 +51,8 @@ class GenerationRequest(BaseModel):
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerationRequest:

@@ -117,7 +117,8 @@ def empty_prompt_has_tokens(base_path: Path) -> bool:
 def _sampling(body: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
     given = {"temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
              "frequency_penalty": body.frequency_penalty, "presence_penalty": body.presence_penalty}
-    return {k: v for k, v in given.items() if v is not None} | {"stop": body.stop_list()}
+    return {k: v for k, v in given.items() if v is not None} | {"stop": body.stop_list(), "n": body.n or 1,
+                                                                 "logprobs": body.logprob_count()}
 
 
 @router.post("/chat/completions", responses=_RESPONSES)

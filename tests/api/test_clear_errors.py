@@ -1,7 +1,8 @@
 """Issues 48 (item 5) and 49 (item 3): the chat routes' edge cases answer as OpenAI does, at the API,
 before a worker is asked: an empty `prompt` on a model whose tokenizer makes no token of it is a 400
-`invalid_value` naming `prompt` (streamed too: never a 200 then an error event), `n` > 1 a 400
-`unsupported_parameter`, `stream_options` without `stream: true` a 400 `invalid_value` (OpenAI's words),
+`invalid_value` naming `prompt` (streamed too: never a 200 then an error event), `n` outside 1..8 and
+`top_logprobs` outside 0..20 (or above 0 without `logprobs: true`) a 400 `invalid_value`,
+`stream_options` without `stream: true` a 400 `invalid_value` (OpenAI's words),
 a `seed` outside 0..2**32 - 2 a 400 `invalid_value` naming `seed`. What passes these checks is sent to a
 worker: here none runs, so it is the 503 `inference_start_timeout` of a short start timeout."""
 
@@ -69,13 +70,12 @@ def test_an_empty_prompt_is_sent_where_the_tokenizer_adds_a_bos(quick, alice):
 
 @pytest.mark.parametrize("route", ["chat", "completions"])
 @pytest.mark.parametrize(("fields", "param", "code"), [
-    ({"n": 2}, "n", "unsupported_parameter"), ({"n": 128}, "n", "unsupported_parameter"),
-    ({"n": 0}, "n", "invalid_value"),
+    ({"n": 9}, "n", "invalid_value"), ({"n": 128}, "n", "invalid_value"), ({"n": 0}, "n", "invalid_value"),
     ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
     ({"stream": False, "stream_options": {"include_usage": False}}, "stream_options", "invalid_value"),
     ({"seed": -1}, "seed", "invalid_value"), ({"seed": 2**32 - 1}, "seed", "invalid_value"),
     ({"seed": 2**32 + 7}, "seed", "invalid_value"), ({"seed": 2**63}, "seed", "invalid_value")],
-    ids=["n2", "n128", "n0", "options-no-stream", "options-stream-false", "seed-1", "seed-2^32-1", "seed-2^32+7",
+    ids=["n9", "n128", "n0", "options-no-stream", "options-stream-false", "seed-1", "seed-2^32-1", "seed-2^32+7",
          "seed-2^63"])
 def test_edge_cases_are_a_400_naming_the_parameter(quick, alice, route, fields, param, code):
     err = assert_error(_post(quick, alice, route, **fields), 400, code, param)
@@ -83,10 +83,20 @@ def test_edge_cases_are_a_400_naming_the_parameter(quick, alice, route, fields, 
         assert err["message"].startswith("The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 
 
+@pytest.mark.parametrize(("route", "fields", "param"), [
+    ("chat", {"top_logprobs": 21, "logprobs": True}, "top_logprobs"), ("chat", {"top_logprobs": -1}, "top_logprobs"),
+    ("chat", {"top_logprobs": 3}, "top_logprobs"), ("chat", {"logprobs": False, "top_logprobs": 1}, "top_logprobs"),
+    ("completions", {"logprobs": 6}, "logprobs"), ("completions", {"logprobs": -1}, "logprobs")],
+    ids=["top21", "top-1", "top-without-logprobs", "top-logprobs-false", "legacy6", "legacy-1"])
+def test_log_probabilities_out_of_bounds_are_a_400_naming_them(quick, alice, route, fields, param):
+    assert_error(_post(quick, alice, route, **fields), 400, "invalid_value", param)
+
+
 @pytest.mark.parametrize("route", ["chat", "completions"])
-@pytest.mark.parametrize("fields", [{"seed": 0}, {"seed": SEED_MAX}, {"n": 1}, {"stream_options": None},
+@pytest.mark.parametrize("fields", [{"seed": 0}, {"seed": SEED_MAX}, {"n": 1}, {"n": 2}, {"n": 8},
+                                    {"stream_options": None},
                                     {"stream": True, "stream_options": {"include_usage": True}}],
-                         ids=["seed0", "seed-max", "n1", "options-null", "options-stream"])
+                         ids=["seed0", "seed-max", "n1", "n2", "n8", "options-null", "options-stream"])
 def test_what_can_be_honoured_is_sent_to_a_worker(quick, alice, route, fields):
     assert_error(_post(quick, alice, route, max_tokens=2, **fields), 503, "inference_start_timeout")
 
@@ -110,7 +120,9 @@ def test_the_openai_client_gets_a_bad_request_it_does_not_retry(live_server, ali
     import openai
 
     oa = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=alice.key, timeout=30)
-    calls = [("n", lambda: oa.chat.completions.create(model=SMOL, messages=ASK, n=2)),
+    calls = [("n", lambda: oa.chat.completions.create(model=SMOL, messages=ASK, n=9)),
+             ("top_logprobs", lambda: oa.chat.completions.create(model=SMOL, messages=ASK, logprobs=True,
+                                                                 top_logprobs=21)),
              ("prompt", lambda: oa.completions.create(model=SMOL, prompt="", max_tokens=2)),
              ("prompt", lambda: oa.completions.create(model=SMOL, prompt="", max_tokens=2, stream=True)),
              ("stream_options", lambda: oa.chat.completions.create(model=SMOL, messages=ASK,
@@ -121,4 +133,4 @@ def test_the_openai_client_gets_a_bad_request_it_does_not_retry(live_server, ali
         with pytest.raises(openai.BadRequestError) as err:
             call()
         assert err.value.body["param"] == param, err.value.body
-        assert err.value.body["code"] == ("unsupported_parameter" if param == "n" else "invalid_value")
+        assert err.value.body["code"] == "invalid_value"

@@ -49,7 +49,7 @@ def test_models_lists_yours_beside_the_bases_and_delete_removes_one(client, alic
 @pytest.mark.parametrize(("extra", "param", "code"), [
     ({"tools": [{"type": "function"}]}, "tools", "unsupported_parameter"),
     ({"response_format": {"type": "json_schema"}}, "response_format", "unsupported_parameter"),
-    ({"logprobs": True}, "logprobs", "unsupported_parameter"), ({"n": 3}, "n", "unsupported_parameter"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "invalid_value"), ({"n": 9}, "n", "invalid_value"),
     ({"frobnicate": 1}, "frobnicate", "unknown_parameter"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages.0.content", None),

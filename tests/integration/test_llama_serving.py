@@ -3,16 +3,19 @@ the real SmolLM2 GGUF with a real trained adapter and a variant of it: requests 
 adapters in flight at once, from one thread each, get exactly the greedy tokens they get alone; the
 decoder really batched them (fewer decode steps than tokens) without alternating adapters every token;
 a request that stops reading frees its slot while the others finish unchanged; an adapter with
-requests in flight is not evicted by a cache of one."""
+requests in flight is not evicted by a cache of one; a request of `n` choices is `n` sequences of the
+batch (more than the slots: they queue), choice i the answer of seed + i, with log probabilities
+that do not depend on the batch either."""
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 
 import pytest
 
-from lcsb_core.inference import SamplingParams
+from lcsb_core.inference import SamplingParams, choice_params
 from lcsb_core.llama_engine import LlamaEngine
 from lcsb_core.llama_serving import QUANTUM
 from tests.integration.test_export_llama_cpp import gsm8k
@@ -110,3 +113,39 @@ def test_an_adapter_in_flight_is_not_evicted_by_a_cache_of_one(engine, adapters,
     # over its bound only while both were in flight; no handle leaked or freed under a request
     assert set(tight.adapters.handles) == set(tight.adapters.lru.sizes) and len(tight.adapters.lru) <= 2
     tight.close()
+
+
+def choices(run) -> tuple[list[str], list[list[dict]]]:
+    """Each choice's text and token log probabilities of a generation with `n` choices."""
+    texts: list[str] = [""] * len(run.choices)
+    logprobs: list[list[dict]] = [[] for _ in run.choices]
+    for piece in run.pieces():
+        texts[piece.index] += piece.text
+        logprobs[piece.index] += piece.logprobs
+    return texts, logprobs
+
+
+def test_n_choices_are_sequences_of_the_batch_with_seeds_and_logprobs(engine, adapters, questions):  # noqa: F811
+    batched = LlamaEngine(engine.base_path, engine.gguf_path, lora_dir=engine.adapters.lora_dir, threads=2,
+                          n_ctx=512, slots=2)
+    adapter = adapters[1]
+    ids = batched.chat_prompt([{"role": "user", "content": questions[0]}], batched.template_of(adapter))
+    sampled = SamplingParams(max_new_tokens=16, temperature=1.0, seed=4294967293)   # seeds wrap past 2**32 - 2
+    run = batched.stream(ids, adapter, sampled, n=3)
+    texts, _ = choices(run)
+    assert [choice_params(sampled, i).seed for i in range(3)] == [4294967293, 4294967294, 0]
+    alone = [choices(batched.stream(ids, adapter, choice_params(sampled, i)))[0][0] for i in range(3)]
+    assert texts == alone and len(set(texts)) >= 2
+    assert run.completion_tokens == sum(len(c.tokens) for c in run.choices)
+    assert all(r in ("stop", "length") for r in run.finish_reasons)
+
+    greedy_params = SamplingParams(max_new_tokens=16, temperature=0)
+    texts, logprobs = choices(batched.stream(ids, adapter, greedy_params, n=3, logprobs=4))
+    one_text, one_logprobs = choices(batched.stream(ids, adapter, greedy_params, logprobs=4))
+    assert texts == one_text * 3 and logprobs == one_logprobs * 3   # the batch changes no number
+    assert "".join(e["token"] for e in logprobs[0]) == texts[0]
+    for e in logprobs[0]:
+        assert e["top_logprobs"][0]["token"] == e["token"] and e["top_logprobs"][0]["logprob"] == e["logprob"]
+        assert sum(math.exp(t["logprob"]) for t in e["top_logprobs"]) <= 1
+    assert batched.decoder.running == {}
+    batched.close()

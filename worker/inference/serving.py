@@ -12,9 +12,11 @@ into `<data_dir>/inference-adapters/gguf/`) on CPU, else `lcsb_core.inference.In
 
 Records written: `start` (prompt tokens) or an `error` first (404 `model_not_found`, 400
 `context_length_exceeded` naming the field, 400 `model_has_no_chat_template` for chat with a model that
-has none: `ServedModel.chat_refusal`, before any model loads, then the engine's template), then `delta`s,
-then `end` (`stop` / `length`) or an `error` (500 `generation_failed`). A cancelled request (the
-client went away) stops within a token and leaves nothing behind.
+has none: `ServedModel.chat_refusal`, before any model loads, then the engine's template; 400
+`unsupported_parameter` for log probabilities on the transformers engine), then `delta`s of the
+request's `n` choices, then `end` (`stop` / `length` per choice) or an `error` (500
+`generation_failed`): `worker.inference.choices`. A cancelled request (the client went away) stops
+within a token and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from lcsb_service.served_models import NO_CHAT_TEMPLATE, ServedModel, resolve
 from lcsb_service.settings import Settings
 from lcsb_service.streams import TokenStreams, token_streams
 from worker.context import WorkerContext
+from worker.inference.choices import answer, unsupported
 from worker.threads import thread_policy
 
 log = logging.getLogger(__name__)
@@ -197,6 +200,9 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
         streams.append(req.id, _error(400, NO_CHAT_TEMPLATE, refusal, "model"))
         return
     engine = engine_for(ctx, target.base)
+    if (refused := unsupported(req, engine)) is not None:
+        streams.append(req.id, refused)
+        return
     adapter = adapter_folder(ctx, target.adapter_key) if target.adapter_key else None
     if req.messages is not None:
         template = engine.template_of(adapter)
@@ -218,7 +224,7 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
                                       param))
         return
     with _serial(engine):
-        _answer(streams, req, engine, ids, adapter, t0)
+        answer(streams, req, engine, ids, adapter, t0)
 
 
 def _serial(engine: Any) -> Any:
@@ -232,25 +238,3 @@ def _serial(engine: Any) -> Any:
         return nullcontext()
     with _lock:
         return _serial_locks.setdefault(id(engine), threading.Lock())
-
-
-def _answer(streams: TokenStreams, req: GenerationRequest, engine: Any, ids: list[int], adapter: Path | None,
-            t0: float) -> None:
-    from lcsb_core.inference import SamplingParams
-
-    run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature,
-                                                     top_p=req.top_p, seed=req.seed, stop=tuple(req.stop),
-                                                     frequency_penalty=req.frequency_penalty,
-                                                     presence_penalty=req.presence_penalty),
-                        should_stop=lambda: streams.cancelled(req.id))
-    streams.append(req.id, {"t": "start", "prompt_tokens": len(ids)})
-    for text in run:
-        streams.append(req.id, {"t": "delta", "text": text})
-    if run.finish_reason == "cancelled":
-        log.info("request %s cancelled after %d tokens", req.id, run.completion_tokens)
-        streams.discard(req.id)
-        return
-    streams.append(req.id, {"t": "end", "finish_reason": run.finish_reason, "completion_tokens": run.completion_tokens})
-    log.info("request %s on %s: %d + %d tokens in %.2f s (%s); adapters cached %d (%.1f MiB), loaded %d so far",
-             req.id, req.model, len(ids), run.completion_tokens, time.monotonic() - t0, run.finish_reason,
-             len(engine.adapters.lru), engine.adapters.mib, engine.adapters.loads)

@@ -280,6 +280,9 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     total = estimate.json()["memory_estimate"]["total_mib"]
     assert ui.text("#estimate-text").startswith(f"Estimated peak {total:.0f} MiB")
     assert "worker class cpu-6g (cap 6144 MiB" in ui.text("#estimate-text")
+    # the table names the schedule "auto" chose for this job, as the API resolves it
+    assert ui.pairs("#estimate-table tr")["schedule"] == estimate.json()["method"]["lcsb"]["schedule"]
+    schedule.select_by_visible_text("topfull")  # k, below, is a selective schedule's setting
     ui.find("#f-k").send_keys("99")
     ui.wait(lambda d: field_error(ui, "method.lcsb.k") != "")
     assert "method.lcsb.k" in field_error(ui, "method.lcsb.k") and "30" in field_error(ui, "method.lcsb.k")
@@ -299,7 +302,7 @@ def test_create_form_shows_the_estimate_and_the_apis_field_errors(ui, alice, cli
     ui.find("#f-steps").send_keys("6")
     ui.wait(lambda d: ui.text("#estimate-text").startswith("Estimated peak"))
     assert ui.pairs("#estimate-table tr")["layers per step"] == "4"
-    assert ui.pairs("#estimate-table tr")["schedule"] == "topfull"  # "auto" as resolved for SmolLM2
+    assert ui.pairs("#estimate-table tr")["schedule"] == "topfull"  # named in the form
     ui.screenshot("new-job")
     ui.find("#submit-job").click()
     ui.wait(lambda d: "/ui/jobs/ftjob-" in d.current_url)

@@ -153,7 +153,7 @@ def _auto(job: dict) -> list[tuple[str, str]]:
         return []
     d = auto.get("decision")
     decided = (f"; after {d['probe_steps']} steps the lower {d['lower_layers']} layers carried "
-               f"{d['lower_share']:.1%} of the gradient (threshold {d['threshold']:.0%}): "
+               f"{d['lower_share']:.1%} of the gradient (threshold {d['threshold']:.1%}): "
                f"{'all layers' if d['schedule'] == 'full' else d['schedule']} from step {d['from_step']}") if d else ""
     return [("auto", auto["reason"] + decided)]
 

@@ -110,7 +110,7 @@ def choose_auto(model_name_or_path: str | os.PathLike[str], total_steps: int | N
         return AutoChoice("full", f"full backprop: {total_steps} planned steps are fewer than the {MIN_SWITCH_STEPS} "
                                   "on which a selective schedule was measured to keep 95 % of full backprop's gain")
     return AutoChoice(AUTO, f"all layers for the first {PROBE_STEPS} steps, then {SWITCH_TO} if the layers below the "
-                            f"top quarter carry under {threshold:.0%} of those steps' gradient, else all layers",
+                            f"top quarter carry under {threshold:.1%} of those steps' gradient, else all layers",
                       probe_steps=PROBE_STEPS, then=SWITCH_TO, threshold=threshold)
 
 

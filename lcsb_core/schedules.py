@@ -613,7 +613,7 @@ class SwitchSchedule(BaseSchedule):
     def describe(self) -> str:
         return (f"auto: all {self.num_layers} layers for {self.probe_steps} probe steps, then {self.then.name} "
                 f"({self.then.describe()}) if the lower {self.num_layers - self.k} layers carry under "
-                f"{self.threshold:.0%} of the gradient, else all layers (exact gradient)")
+                f"{self.threshold:.1%} of the gradient, else all layers (exact gradient)")
 
 
 _CLASSES: dict[str, type[PureSchedule] | type[ImportanceSchedule]] = {

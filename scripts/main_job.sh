@@ -2,8 +2,8 @@
 # The main job, through the service, on the embedded default: set up (if needed), start the API and
 # one CPU worker in the background (SQLite database, server-less filesystem broker, local artifact
 # folder, all under runs/service/), submit a real fine-tuning job over REST (SmolLM2-135M-Instruct in
-# 4-bit NF4, the default schedule topfull: the top quarter of the layers per step, all of them every
-# 4th step; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
+# 4-bit NF4, the default schedule auto: every layer for 4 probe steps, then tail (the top quarter, half,
+# ... of the layers in turn) if the probe allows; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
 # the adapter and the selection history, print the result beside full backprop's recorded reference,
 # then ask the fine-tuned model and its base one held-out GSM8K question (`lcsb chat`, an inference worker).
 # Everything it starts is stopped on exit; each run starts from an empty runs/service/.
@@ -72,6 +72,11 @@ if rows:
     print(f"  evaluation       {eval_s:.0f} s for {len(rows)} evaluations (eval loss and graded answers), "
           f"{summary['train_seconds'] - eval_s:.0f} s of training")
 print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
+decided = summary.get("schedule_decision")
+if decided:  # what auto's probe saw and chose (method.lcsb.auto.decision on the job object)
+    print(f"  auto             the lower {decided['lower_layers']} layers carried {decided['lower_share']:.1%} of the gradient "
+          f"in the first {decided['probe_steps']} steps (threshold {decided['threshold']:.1%}): "
+          f"{'tail' if decided['schedule'] == 'tail' else 'all layers'} from step {decided['from_step']}")
 print(f"  time             {summary['train_seconds']:.0f} s in the training process (training and the graded evaluations), "
       f"{time.time() - float(sys.argv[2]):.0f} s submit to download")
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process; estimated before the job "

@@ -62,7 +62,7 @@ def test_each_reason_says_why_with_its_numbers():
     assert f"{MIN_SWITCH_STEPS - 1} planned steps are fewer than the {MIN_SWITCH_STEPS}" in \
         choose_auto(SMOL, MIN_SWITCH_STEPS - 1).reason
     assert "gemma-3-270m" in choose_auto("gemma-3-270m", 100).reason
-    assert f"under {SWITCH_THRESHOLD[SMOL]:.0%}" in choose_auto(SMOL, 100).reason
+    assert f"under {SWITCH_THRESHOLD[SMOL]:.1%}" in choose_auto(SMOL, 100).reason
     fallback = memory_choice(9000.4, 8192)
     assert fallback.schedule == MEMORY_FALLBACK
     assert "needs an estimated 9000 MiB, more than the largest worker's 8192 MiB" in fallback.reason

@@ -55,7 +55,7 @@ def test_auto_probes_then_states_and_follows_its_decision(make_settings, start_w
     assert decision["schedule"] == chosen
     assert decided[0]["message"] == (
         f"auto: the lower 22 layers carried {decision['lower_share']:.1%} of the gradient over the first 4 steps "
-        f"(threshold {threshold:.0%}): " + ("switching to tail" if chosen == "tail" else
+        f"(threshold {threshold:.1%}): " + ("switching to tail" if chosen == "tail" else
                                              "staying at full depth (all layers)") + " from step 5")
     assert done["method"]["lcsb"]["auto"] == {**plan, "decision": decision}  # the job object states it too
 

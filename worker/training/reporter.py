@@ -12,7 +12,7 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers
     on_schedule_decision  "auto: the lower 22 layers carried 31.2% of the gradient over the first 4 steps
-                   (threshold 50%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
+                   (threshold 93.9%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
                    probe-then-switch schedule); data: `schedule_decision`, which the job object's
                    `method.lcsb.auto.decision` shows from then on
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every
@@ -137,7 +137,7 @@ class JobReporter(TrainerCallback):
         with _reporting("auto's decision", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"auto: the lower {decision['lower_layers']} layers carried "
                       f"{decision['lower_share']:.1%} of the gradient over the first {decision['probe_steps']} steps "
-                      f"(threshold {decision['threshold']:.0%}): {chosen} from step {decision['from_step']}",
+                      f"(threshold {decision['threshold']:.1%}): {chosen} from step {decision['from_step']}",
                       data={"schedule_decision": decision})
             record_auto_decision(s, self.job_id, decision)
 

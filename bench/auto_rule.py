@@ -128,7 +128,10 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None)
         for r in runs:
             if r["spec"]["steps"] == steps and r["spec"]["seed"] in fulls and eval_at(r, steps):
                 by_label[label_of(r)].append(r)
-        for label, group in sorted(by_label.items(), key=lambda kv: step_s.get(kv[0], 1.0), reverse=True):
+        def per_step(group: list[dict]) -> float:  # mean step time as a fraction of full's (auto: probe + rest)
+            return statistics.fmean(seconds_curve(r, step_s)[-1][0] / (steps * step_s["full"]) for r in group)
+
+        for label, group in sorted(by_label.items(), key=lambda kv: per_step(kv[1]), reverse=True):
             kept = [gain_kept(r, fulls[r["spec"]["seed"]], steps) for r in group]
             reach = [time_to_keep(r, fulls[r["spec"]["seed"]], steps, step_s) for r in group]
             if label == SWITCH_TO:
@@ -136,7 +139,7 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None)
             lines.append(f"| {label} | {', '.join(str(r['spec']['seed']) for r in group)} | "
                          f"{', '.join(f'{k:.1%}' for k in kept)} (mean {statistics.fmean(kept):.1%}) | "
                          f"{', '.join('not reached' if t is None else f'{t:.2f}' for t in reach)} | "
-                         f"{step_s.get(label, float('nan')):.2f} |")
+                         f"{per_step(group):.2f} |")
         if plots:
             lines.append(f"\n{plot(folder.name, by_label, step_s, plots)}")
     lines.append("\nThreshold fitted with each dataset left out (the rule in bench/auto_rule.py's docstring):\n")

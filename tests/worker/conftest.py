@@ -252,5 +252,6 @@ def create_memory_hog(service, model: str) -> dict:
     about 570 MiB. Returns the created job."""
     text = service.upload([{"text": " ".join(f"word{i * j}" for j in range(400))} for i in range(16)])
     return service.create_job(text, model=model, hyperparameters={"batch_size": 4},
-                              method={"quantization": "nf4", "max_seq_len": 512, "lcsb": {"fraction": 0.25},
+                              method={"quantization": "nf4", "max_seq_len": 512,
+                                      "lcsb": {"schedule": "topfull", "fraction": 0.25},
                                       "lora": {"rank": 8, "alpha": 16}})

@@ -25,7 +25,7 @@ def test_smollm2_job_on_a_worker(make_settings, start_worker, make_service, tmp_
     t0 = time.monotonic()
     job = service.create_job(model=base.name, hyperparameters={"batch_size": 2, "max_steps": 4},
                              method={"quantization": "nf4", "max_seq_len": 128, "lora": {"rank": 8, "alpha": 16},
-                                     "lcsb": {"fraction": 0.25}, "save_every": 2})
+                                     "lcsb": {"schedule": "topfull", "fraction": 0.25}, "save_every": 2})
     done = service.wait(job["id"], {"succeeded", "failed"}, BOUND_S)
     print(f"[worker] SmolLM2 NF4 job, 4 steps: {time.monotonic() - t0:.0f} s (bound {BOUND_S:.0f} s); "
           f"peak {done['progress']['peak_memory_mib']} MiB, estimate {job['memory_estimate']['total_mib']} MiB")

@@ -154,7 +154,7 @@ def _auto(job: dict) -> list[tuple[str, str]]:
     d = auto.get("decision")
     decided = (f"; after {d['probe_steps']} steps the lower {d['lower_layers']} layers carried "
                f"{d['lower_share']:.1%} of the gradient (threshold {d['threshold']:.1%}): "
-               f"{'all layers' if d['schedule'] == 'full' else d['schedule']} from step {d['from_step']}") if d else ""
+               f"{d['schedule'] if d.get('switched') else 'all layers'} from step {d['from_step']}") if d else ""
     return [("auto", auto["reason"] + decided)]
 
 

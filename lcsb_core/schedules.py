@@ -591,14 +591,16 @@ class SwitchSchedule(BaseSchedule):
     def decision(self) -> dict | None:
         """What `auto` saw and chose, once the probe is over (None before): `probe_steps`,
         `lower_layers` (how many layers the share counts), `lower_share` (mean over the probe steps),
-        `lower_share_per_step`, `threshold`, `schedule` (`then`'s name or "full") and `from_step` (the
+        `lower_share_per_step`, `threshold`, `switched` (True: `then` from then on; False: every layer),
+        `schedule` (`then`'s name or "full", for people) and `from_step` (the
         1-based first step of the schedule chosen)."""
         if self.switched is None:
             return None
         return {"probe_steps": self.probe_steps, "lower_layers": self.num_layers - self.k,
                 "lower_share": round(self.mean_share() or 0.0, 4),
                 "lower_share_per_step": [round(v, 4) for v in self.shares], "threshold": self.threshold,
-                "schedule": self.then.name if self.switched else "full", "from_step": self.probe_steps + 1}
+                "switched": self.switched, "schedule": self.then.name if self.switched else "full",
+                "from_step": self.probe_steps + 1}
 
     def state_dict(self) -> dict:
         """The probe's shares and the decision (JSON-safe)."""

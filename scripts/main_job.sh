@@ -76,7 +76,7 @@ decided = summary.get("schedule_decision")
 if decided:  # what auto's probe saw and chose (method.lcsb.auto.decision on the job object)
     print(f"  auto             the lower {decided['lower_layers']} layers carried {decided['lower_share']:.1%} of the gradient "
           f"in the first {decided['probe_steps']} steps (threshold {decided['threshold']:.1%}): "
-          f"{'tail' if decided['schedule'] == 'tail' else 'all layers'} from step {decided['from_step']}")
+          f"{decided['schedule'] if decided.get('switched') else 'all layers'} from step {decided['from_step']}")
 print(f"  time             {summary['train_seconds']:.0f} s in the training process (training and the graded evaluations), "
       f"{time.time() - float(sys.argv[2]):.0f} s submit to download")
 print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training process; estimated before the job "

@@ -146,6 +146,7 @@ def test_the_switch_probes_at_full_depth_then_switches_when_the_lower_share_is_l
         s.observe(norms(lower=0.1, upper=1.0))  # 6 layers x 0.01 against 2 x 1.0: share 0.0291
     d = s.decision()
     assert d["schedule"] == SWITCH_TO and d["from_step"] == PROBE_STEPS + 1 and d["lower_layers"] == 6
+    assert d["switched"] is True
     assert d["lower_share"] == pytest.approx(0.06 / 2.06, abs=1e-4)
     # after the probe: tail's selection from its own step 0 (the top k first), all layers once per cycle
     assert [len(s.layers_for_step(PROBE_STEPS + t)) for t in range(4)] == [2, 4, 6, 8]
@@ -156,7 +157,7 @@ def test_the_switch_stays_at_full_depth_when_the_lower_layers_carry_the_gradient
     s = switch()
     for _ in range(PROBE_STEPS):
         s.observe(norms(lower=1.0, upper=0.1))  # share 6 / 6.02
-    assert s.decision()["schedule"] == "full"
+    assert s.decision()["schedule"] == "full" and s.decision()["switched"] is False
     assert all(s.layers_for_step(t) == frozenset(range(8)) for t in range(40))
     s.observe(norms(lower=0.0, upper=1.0))  # a late observation changes nothing
     assert s.decision()["schedule"] == "full"

@@ -132,7 +132,7 @@ class JobReporter(TrainerCallback):
                           type="metrics", data=data)
 
     def on_schedule_decision(self, decision: dict) -> None:
-        chosen = ("switching to " + decision["schedule"]) if decision["schedule"] != "full" \
+        chosen = ("switching to " + decision["schedule"]) if decision["switched"] \
             else "staying at full depth (all layers)"
         with _reporting("auto's decision", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"auto: the lower {decision['lower_layers']} layers carried "

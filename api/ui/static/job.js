@@ -31,7 +31,7 @@
     const d = auto.decision;
     line.textContent = "auto: " + auto.reason + (d ? ` · decided after ${d.probe_steps} steps: the lower ` +
       `${d.lower_layers} layers carried ${(100 * d.lower_share).toFixed(1)}% of the gradient (threshold ` +
-      `${(100 * d.threshold).toFixed(1)}%), ${d.schedule === "full" ? "all layers" : d.schedule} from step ${d.from_step}` : "");
+      `${(100 * d.threshold).toFixed(1)}%), ${d.switched ? d.schedule : "all layers"} from step ${d.from_step}` : "");
   }
 
   function renderJob(j) {

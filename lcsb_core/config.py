@@ -280,6 +280,27 @@ class EarlyStoppingSettings:
                f"must be a finite number >= 0, got {self.min_delta!r}")
 
 
+DPO_DEFAULT_BETA = 0.1
+"""DPO's beta when a job names none (`auto`): TRL's `DPOConfig` default and Rafailov et al.'s (arXiv 2305.18290)."""
+
+
+@dataclass
+class DPOSettings:
+    """Preference fine-tuning with DPO (Rafailov et al., arXiv 2305.18290, sigmoid loss as TRL's
+    `DPOTrainer`): the training file holds preference pairs (`lcsb_core.data.formats.PREFERENCE`), the
+    loss is -log sigmoid(beta * ((log pi(chosen) - log ref(chosen)) - (log pi(rejected) - log ref(rejected))))
+    over each answer's tokens (the prompt masked), the reference being the same model with the LoRA adapter
+    disabled, or, when the run starts from `init_adapter`, that starting adapter frozen. `beta` (> 0, at
+    most 10): the KL penalty's inverse temperature."""
+
+    beta: float = DPO_DEFAULT_BETA
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.beta, (int, float)) and not isinstance(self.beta, bool)
+               and math.isfinite(self.beta) and 0 < self.beta <= 10, "dpo.beta",
+               f"must be a number > 0 and <= 10, got {self.beta!r}")
+
+
 @dataclass
 class TrainConfig:
     """One run. `max_steps` (optimizer steps) and/or `epochs`: training stops at whichever comes first;
@@ -322,6 +343,7 @@ class TrainConfig:
     output_dir: str = "runs/run"
     select_checkpoint: SelectCheckpointSettings = field(default_factory=SelectCheckpointSettings)
     early_stopping: EarlyStoppingSettings | None = None
+    dpo: DPOSettings | None = None  # preference fine-tuning (DPO); None: supervised
     eval: EvalSettings | None = None  # graded evaluation (lcsb_core.eval); None: none
     init_adapter: str | None = None
     init_optimizer_state: bool = False
@@ -489,8 +511,8 @@ class TrainConfig:
         raw = dict(raw)
         sections = {"data": DataSettings, "model": ModelSettings, "lora": LoraSettings,
                     "lcsb": LCSBSettings, "optim": OptimSettings, "select_checkpoint": SelectCheckpointSettings,
-                    "early_stopping": EarlyStoppingSettings}
-        optional = {"early_stopping"}  # None (or left out): off
+                    "early_stopping": EarlyStoppingSettings, "dpo": DPOSettings}
+        optional = {"early_stopping", "dpo"}  # None (or left out): off
         kwargs: dict[str, Any] = {}
         for name, klass in sections.items():
             value = raw.pop(name, None)

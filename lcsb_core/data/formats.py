@@ -38,7 +38,10 @@ from typing import Any
 CHAT = "chat"
 PROMPT_COMPLETION = "prompt_completion"
 TEXT = "text"
+PREFERENCE = "preference"  # OpenAI's preference (DPO) file: input.messages, preferred_output, non_preferred_output
 FORMATS = (CHAT, PROMPT_COMPLETION, TEXT)
+SUPERVISED_FORMATS = FORMATS
+PREFERENCE_FORMATS = (PREFERENCE,)
 ROLES = ("system", "user", "assistant")
 FORMAT_KEYS = {CHAT: ("messages",), PROMPT_COMPLETION: ("prompt", "completion"), TEXT: ("text",)}
 MESSAGE_KEYS = ("role", "content", "weight")
@@ -93,13 +96,16 @@ class Message:
 @dataclass(frozen=True)
 class Example:
     """A normalized, valid example. Chat uses `messages`; prompt_completion `prompt`/`completion`;
-    text uses `text`; the other fields stay empty."""
+    text uses `text`; preference (DPO) uses `messages` (the input conversation, ending with a user turn),
+    `preferred` and `non_preferred` (one assistant message each); the other fields stay empty."""
 
     format: str
     messages: tuple[Message, ...] = ()
     prompt: str = ""
     completion: str = ""
     text: str = ""
+    preferred: Message | None = None
+    non_preferred: Message | None = None
     ignored: tuple[str, ...] = field(default=(), compare=False)  # keys not used, as "messages[].name"
 
     def digest(self) -> int:
@@ -109,6 +115,10 @@ class Example:
             body: Any = [[m.role, m.content, m.weight] for m in self.messages]
         elif self.format == PROMPT_COMPLETION:
             body = [self.prompt, self.completion]
+        elif self.format == PREFERENCE:
+            assert self.preferred is not None and self.non_preferred is not None
+            body = [[[m.role, m.content] for m in self.messages], self.preferred.content,
+                    self.non_preferred.content]
         else:
             body = self.text
         data = json.dumps([self.format, body], ensure_ascii=False, separators=(",", ":"))
@@ -120,6 +130,9 @@ class Example:
             return [m.content for m in self.messages]
         if self.format == PROMPT_COMPLETION:
             return [self.prompt, self.completion]
+        if self.format == PREFERENCE:
+            assert self.preferred is not None and self.non_preferred is not None
+            return [m.content for m in self.messages] + [self.preferred.content, self.non_preferred.content]
         return [self.text]
 
 
@@ -365,3 +378,19 @@ def parse_record(line_text: str) -> Example:
     """Parse one JSONL line into an `Example` (strict JSON: `parse_json_line`). Raises RecordError for
     invalid JSON, a repeated key, or invalid content."""
     return check_record(parse_json_line(line_text))
+
+
+def preference_sides(example: Example) -> tuple[Example, Example]:
+    """The two chat examples a preference pair is scored on: the input conversation followed by the
+    preferred answer, and by the non-preferred one. Every assistant turn of the input has weight 0, so
+    only the answer's tokens are targets (DPO scores the answer given the prompt).
+
+    Raises:
+        ValueError: `example` is not a preference example.
+    """
+    if example.format != PREFERENCE or example.preferred is None or example.non_preferred is None:
+        raise ValueError(f"not a preference example: format {example.format!r}")
+    prompt = tuple(Message(m.role, m.content, 0) if m.role == "assistant" else m for m in example.messages)
+    chosen = Example(CHAT, messages=prompt + (Message("assistant", example.preferred.content, 1),))
+    rejected = Example(CHAT, messages=prompt + (Message("assistant", example.non_preferred.content, 1),))
+    return chosen, rejected

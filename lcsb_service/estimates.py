@@ -11,7 +11,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from lcsb_service.jobs import base_model, upload_examples, usable_file
+from lcsb_service.hyperparameters import method_type
+from lcsb_service.jobs import base_model, check_file_format, upload_examples, usable_file
 from lcsb_service.jobspec import build_spec
 from lcsb_service.lineage import find_parent, inherit_shape
 from lcsb_service.settings import Settings
@@ -25,16 +26,20 @@ def estimate_job(session: Session, settings: Settings, *, owner_id: str, request
     (`total_steps`, None for a `.txt` corpus until the worker tokenizes it).
 
     Raises:
-        InvalidRequest: unknown model, unusable file, a value the trainer refuses (400, `param` names
-            the request field), as job creation does; NotFound and Conflict for an `ft:` model as there.
+        InvalidRequest: unknown model, unusable file, a file of another method's format (a chat file
+            for a dpo job, preference pairs for a supervised one), a value the trainer refuses (400,
+            `param` names the request field), as job creation does; NotFound and Conflict for an `ft:` model as there.
         Unprocessable: no worker class can hold the estimated peak (422, `insufficient_memory`).
     """
     parent = find_parent(session, owner_id, request["model"])
     body = inherit_shape(request, parent) if parent else request
     model = base_model(settings, body)
     train = usable_file(session, owner_id, request["training_file"], "training_file")
+    kind = method_type(request)
+    check_file_format(train, kind, "training_file")
     if request.get("validation_file"):
-        usable_file(session, owner_id, request["validation_file"], "validation_file")
+        check_file_format(usable_file(session, owner_id, request["validation_file"], "validation_file"), kind,
+                          "validation_file")
     spec = build_spec({**body, "seed": request.get("seed", ESTIMATE_SEED)}, model, settings, "ftjob-estimate",
                       train_examples=upload_examples(train), init_adapter=parent.adapter_key if parent else None)
     return {"object": "fine_tuning.job.estimate", "model": model.name, "queue": spec.queue,

@@ -1,32 +1,64 @@
-"""A job request's hyperparameters, resolved: OpenAI's two places for them (top level or
-`method.supervised.hyperparameters`), and its "auto" values (`n_epochs` by OpenAI's rule from the example
-count, `batch_size` from `Settings`, `learning_rate_multiplier` 1 times the job's base learning rate:
-`Settings.base_learning_rate` when an operator sets it, else the core's measured rule for the job's
-schedule, `lcsb_core.learning_rate.default_learning_rate`, so the core and the service resolve the same
-number). Used by `lcsb_service.jobspec`."""
+"""A job request's hyperparameters, resolved: OpenAI's two places for them (top level, or the method's
+own: `method.supervised.hyperparameters` or `method.dpo.hyperparameters`, by `method.type`), and its
+"auto" values (`n_epochs` by OpenAI's rule from the example count, `batch_size` from `Settings`,
+`learning_rate_multiplier` 1 times the job's base learning rate: `Settings.base_learning_rate` when an
+operator sets it, else the core's measured rule for the job's schedule,
+`lcsb_core.learning_rate.default_learning_rate`, so the core and the service resolve the same number;
+DPO's `beta` "auto": `lcsb_core.config.DPO_DEFAULT_BETA`). Used by `lcsb_service.jobspec`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lcsb_core.config import DPO_DEFAULT_BETA
 from lcsb_core.learning_rate import default_learning_rate
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.settings import Settings
 
+SUPERVISED, DPO = "supervised", "dpo"
+METHOD_TYPES = (SUPERVISED, DPO)  # OpenAI's `method.type` values this service trains
 
-def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
-    """Hyperparameters from the top level or from `method.supervised.hyperparameters` (not both).
+
+def method_type(request: dict[str, Any]) -> str:
+    """The request's `method.type` (`supervised` when left out), checked against the sections it gives:
+    `method.supervised` belongs to a supervised job, `method.dpo` to a DPO job.
 
     Raises:
-        InvalidRequest: both places are set.
+        InvalidRequest: an unknown type (`method.type`), or the other type's section (naming it).
     """
+    method = request.get("method") or {}
+    kind = method.get("type") or SUPERVISED
+    if kind not in METHOD_TYPES:
+        raise InvalidRequest(f"method.type: {kind!r} is not one of {', '.join(METHOD_TYPES)}", param="method.type")
+    for other in METHOD_TYPES:
+        if other != kind and method.get(other) is not None:
+            raise InvalidRequest(f"method.{other}: given with method.type {kind!r}; a {kind} job takes its "
+                                 f"hyperparameters in method.{kind} (or set method.type to {other!r})",
+                                 param=f"method.{other}")
+    return kind
+
+
+def merged_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters from the top level or from the method's own section (`method.supervised.hyperparameters`,
+    or `method.dpo.hyperparameters` for a DPO job, which adds `beta`), not both.
+
+    Raises:
+        InvalidRequest: both places are set; the other method type's section is given (`method_type`).
+    """
+    kind = method_type(request)
     top = {k: v for k, v in (request.get("hyperparameters") or {}).items() if v is not None}
-    supervised = ((request.get("method") or {}).get("supervised") or {}).get("hyperparameters") or {}
-    nested = {k: v for k, v in supervised.items() if v is not None}
+    section = ((request.get("method") or {}).get(kind) or {}).get("hyperparameters") or {}
+    nested = {k: v for k, v in section.items() if v is not None}
     if top and nested:
-        raise InvalidRequest("give hyperparameters either at the top level or in method.supervised, not both",
+        raise InvalidRequest(f"give hyperparameters either at the top level or in method.{kind}, not both",
                              param="hyperparameters")
     return top or nested
+
+
+def dpo_beta(hp: dict[str, Any]) -> float:
+    """DPO's `beta` from merged hyperparameters: "auto" or missing -> `DPO_DEFAULT_BETA` (the range is
+    `DPOSettings`' to check)."""
+    return _or_default(hp, "beta", DPO_DEFAULT_BETA)
 
 
 def _or_default(hp: dict[str, Any], name: str, default: Any) -> Any:

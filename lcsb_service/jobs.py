@@ -17,14 +17,14 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from lcsb_core.data.formats import CHAT, TEXT
+from lcsb_core.data.formats import CHAT, PREFERENCE, PREFERENCE_FORMATS, PROMPT_COMPLETION, SUPERVISED_FORMATS, TEXT
 from lcsb_core.data.tokenization import no_chat_template_message
 from lcsb_service.catalog import ModelInfo, find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest
 from lcsb_service.events import add_event
 from lcsb_service.files import FINE_TUNE
-from lcsb_service.hyperparameters import merged_hyperparameters
+from lcsb_service.hyperparameters import DPO, SUPERVISED, merged_hyperparameters, method_type
 from lcsb_service.ids import looks_like_id, new_id, utcnow
 from lcsb_service.jobspec import build_spec, request_hash
 from lcsb_service.lineage import find_parent, inherit_shape
@@ -76,20 +76,54 @@ def upload_examples(row: File) -> int | None:
     return count if report.get("file_type") == "jsonl" and isinstance(count, int) and count > 0 else None
 
 
+_FORMAT_WORDS = {CHAT: "chat data", PROMPT_COMPLETION: "prompt/completion data", TEXT: "a text corpus",
+                 PREFERENCE: "preference pairs"}
+_EXPECTED = {DPO: ("preference pairs ({\"input\", \"preferred_output\", \"non_preferred_output\"} lines)",
+                   PREFERENCE_FORMATS),
+             SUPERVISED: ("chat, prompt/completion or text data (a preference file needs method.type dpo)",
+                            SUPERVISED_FORMATS)}
+
+
+def file_format(row: File) -> str | None:
+    """The format the upload's validation recorded (`lcsb_core.data.formats`: chat, prompt_completion,
+    text, preference), or None when it recorded none."""
+    return (row.validation or {}).get("format")
+
+
+def check_file_format(row: File | None, kind: str, param: str) -> None:
+    """A job's training or validation file must hold its method's data: preference pairs for a `dpo`
+    job, a supervised format (chat, prompt/completion, text) for a `supervised` one. A file whose upload
+    recorded no format is left to the worker's check.
+
+    Raises:
+        InvalidRequest: `invalid_file` naming `param`, the format found and the one expected.
+    """
+    found = file_format(row) if row is not None else None
+    expected, formats = _EXPECTED[kind]
+    if row is None or found is None or found in formats:
+        return
+    raise InvalidRequest(f"{param}: {row.id} is {_FORMAT_WORDS.get(found, found + ' data')}; a {kind} job needs "
+                         f"{expected}", code="invalid_file", param=param)
+
+
 def _check_graded_source(valid: File | None, eval_file: File | None) -> None:
     """Graded evaluation (`method.eval`) takes its prompts and references from `eval_file`, or without
     one from the validation file: that file must hold chat or prompt/completion lines (a text corpus
-    has no references). The trainer's config checks that a validation file is given at all.
+    has no references; a DPO job's preference validation file is not read for prompts, so it needs an
+    eval_file). The trainer's config checks that a validation file is given at all.
 
     Raises:
-        InvalidRequest: naming `method.eval.eval_file`, or `method.eval` for a text validation file.
+        InvalidRequest: naming `method.eval.eval_file`, or `method.eval` for a text or preference validation file.
     """
     source, param = (eval_file, "method.eval.eval_file") if eval_file is not None else (valid, "method.eval")
-    if source is None or (source.validation or {}).get("format") != TEXT:
+    found = file_format(source) if source is not None else None
+    if source is None or found not in (TEXT, PREFERENCE):
         return
     where = f"eval_file {source.id}" if eval_file is not None else f"the validation file {source.id}"
-    raise InvalidRequest(f"{param}: {where} is a text corpus, which has no references to grade against; give an "
-                         "eval_file of chat or prompt/completion lines", code="invalid_file", param=param)
+    why = "a text corpus, which has no references to grade against" if found == TEXT else \
+        "preference pairs, which graded evaluation does not read"
+    raise InvalidRequest(f"{param}: {where} is {why}; give an eval_file of chat or prompt/completion lines",
+                         code="invalid_file", param=param)
 
 
 def base_model(settings: Settings, request: dict[str, Any]) -> ModelInfo:
@@ -168,14 +202,18 @@ def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owne
     check_example_count(train, settings.min_examples)
     valid = usable_file(session, owner_id, request["validation_file"], "validation_file") \
         if request.get("validation_file") else None
+    kind = method_type(request)
+    check_file_format(train, kind, "training_file")
+    check_file_format(valid, kind, "validation_file")
     graded = (request.get("method") or {}).get("eval") or None
     eval_file = usable_file(session, owner_id, graded["eval_file"], "method.eval.eval_file") \
         if graded and graded.get("eval_file") else None
     if graded:
         _check_graded_source(valid, eval_file)
     for param, row in (("training_file", train), ("validation_file", valid), ("method.eval.eval_file", eval_file)):
-        if row is not None and (row.validation or {}).get("format") == CHAT and not model.has_chat_template:
-            raise InvalidRequest(f"{param}: {row.id} is chat data, but {no_chat_template_message(model.name)}",
+        if row is not None and file_format(row) in (CHAT, PREFERENCE) and not model.has_chat_template:
+            raise InvalidRequest(f"{param}: {row.id} is {_FORMAT_WORDS[file_format(row) or CHAT]}, but "
+                                 f"{no_chat_template_message(model.name)}",
                                  code="invalid_file", param=param)
     if request.get("integrations"):
         raise InvalidRequest("integrations are not supported", param="integrations")

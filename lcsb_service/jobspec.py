@@ -6,6 +6,11 @@ Mapping (API -> TrainConfig):
     training_file / validation_file        -> data.train_file / data.validation_file (file ids here;
                                               the worker substitutes local paths: `train_config_for`)
     seed                                   -> seed
+    method.type ("supervised", the default, or "dpo")                   -> dpo: absent (supervised) or
+                                                                           {"beta": ...} (DPOSettings)
+    method.dpo.hyperparameters.beta ("auto": DPO_DEFAULT_BETA)          -> dpo.beta
+    hyperparameters.*: the top level, or method.supervised.hyperparameters (supervised) or
+                       method.dpo.hyperparameters (dpo), not both; the other type's section is an error
     hyperparameters.n_epochs ("auto": `auto_epochs` of the example count) -> epochs
     hyperparameters.batch_size ("auto": Settings.default_batch_size)   -> batch_size
     hyperparameters.learning_rate_multiplier ("auto": 1) x the job's base learning rate (the measured rule
@@ -26,6 +31,10 @@ Mapping (API -> TrainConfig):
     method.eval.{graders, n_samples, max_new_tokens, eval_file,         -> eval.* (graded evaluation; eval_file
                  frequency_penalty, presence_penalty}
                                               a file id here, a local path in the worker)
+
+A DPO job trains on preference pairs (the files' formats are checked by `lcsb_service.jobs.check_file_format`);
+`method.train_on_inputs` true is refused for it (DPO scores the answers only). The LCSB, LoRA and
+evaluation settings apply to both types.
 
 Every rule the trainer can check without the model is checked here, at creation: the config's own
 fields, its cross-field rules (`TrainConfig.check_honoured`, with the training file's example count: an
@@ -51,9 +60,9 @@ from lcsb_core.errors import ConfigError
 from lcsb_core.schedules import Schedule, schedule_for
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest
+from lcsb_service.hyperparameters import DPO, SUPERVISED, dpo_beta, merged_hyperparameters, resolve_hyperparameters
 from lcsb_service.hyperparameters import OPTIM as _OPTIM
 from lcsb_service.hyperparameters import given as _given
-from lcsb_service.hyperparameters import merged_hyperparameters, resolve_hyperparameters
 from lcsb_service.routing import route_auto
 from lcsb_service.settings import Settings
 
@@ -65,7 +74,7 @@ _PARAM_OF_SECTION = {"data.max_seq_len": "method.max_seq_len", "data": "method",
                      "data.on_truncation": "method.on_truncation",
                      "data.validation_file": "validation_file", "data.train_file": "training_file",
                      "select_checkpoint": "method.select_checkpoint", "early_stopping": "method.early_stopping",
-                     "eval": "method.eval"}
+                     "eval": "method.eval", "dpo": "method.dpo.hyperparameters"}
 
 
 @dataclass
@@ -117,9 +126,14 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     """
     method = request.get("method") or {}
     schedule_name = resolve_schedule((method.get("lcsb") or {}).get("schedule"), model.name)
+    given_hp = merged_hyperparameters(request)
+    dpo = (method.get("type") or SUPERVISED) == DPO
+    if dpo and method.get("train_on_inputs"):
+        raise InvalidRequest("method.train_on_inputs: a dpo job scores only the answers (preferred_output and "
+                             "non_preferred_output) against the input; leave train_on_inputs out or false",
+                             param="method.train_on_inputs")
     try:
-        hp = resolve_hyperparameters(merged_hyperparameters(request), settings, schedule=schedule_name,
-                                     train_examples=train_examples)
+        hp = resolve_hyperparameters(given_hp, settings, schedule=schedule_name, train_examples=train_examples)
     except ConfigError as exc:
         raise _request_error(exc) from exc
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
@@ -139,6 +153,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         "output_dir": f"runs/{job_id}", **_graded_eval(method),
         **({"init_adapter": init_adapter} if init_adapter else {}),
         "select_checkpoint": _given(method.get("select_checkpoint") or {}, "mode", "metric"),
+        **({"dpo": {"beta": dpo_beta(given_hp)}} if dpo else {}),
     }
     if method.get("early_stopping") is not None:
         raw["early_stopping"] = _given(method["early_stopping"], "metric", "patience", "min_delta")
@@ -186,14 +201,17 @@ def _check_schedule_options(given: dict[str, Any], schedule: Schedule, auto: dic
 
 
 def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
-    """The job's `method` as resolved: OpenAI's `supervised.hyperparameters` plus the LoRA,
-    quantization and LCSB settings the trainer will use (`lcsb.layers_per_step` is k resolved, L for
-    `full`; `full_every` only for `topfull`)."""
+    """The job's `method` as resolved: OpenAI's `type` and `<type>.hyperparameters` (`supervised`, or `dpo`
+    with `beta` from the config's `dpo`) plus the LoRA, quantization and LCSB settings the trainer will use
+    (`lcsb.layers_per_step` is k resolved, L for `full`; `full_every` only for `topfull`)."""
+    kind = SUPERVISED if cfg.dpo is None else DPO
+    shown = {name: hp[name] for name in ("n_epochs", "batch_size", "learning_rate_multiplier", "learning_rate",
+                                         "warmup_steps")}
+    if cfg.dpo is not None:
+        shown["beta"] = cfg.dpo.beta
     return {
-        "type": "supervised",
-        "supervised": {"hyperparameters": {name: hp[name] for name in
-                                           ("n_epochs", "batch_size", "learning_rate_multiplier",
-                                            "learning_rate", "warmup_steps")}},
+        "type": kind,
+        kind: {"hyperparameters": shown},
         "lora": {"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
                  "target_modules": list(cfg.lora.target_modules)},
         "quantization": cfg.model.quantization,

@@ -9,58 +9,28 @@ from pydantic import BaseModel, Field, model_validator
 
 from api.schemas.common import Strict
 from api.schemas.evaluation import EarlyStoppingMethod, EvalMethod, SelectCheckpointMethod
+from api.schemas.hyperparameters import DPOMethod, Hyperparameters, SupervisedMethod
 from lcsb_core.config import (
     LAYER_LR_SCALINGS,
-    LEARNING_RATE_RANGE,
     LORA_ALPHA_RANGE,
     LORA_TARGETS_ALL,
-    LR_SCHEDULES,
     ON_TRUNCATION,
     QUANTIZATIONS,
     DataSettings,
     LCSBSettings,
     LoraSettings,
     ModelSettings,
-    OptimSettings,
     TrainConfig,
 )
 from lcsb_core.default_schedule import AUTO, MIN_SWITCH_STEPS, PROBE_STEPS, SWITCH_TO
-from lcsb_core.learning_rate import AUTO_WARMUP_MAX
 from lcsb_core.schedules import DEFAULT_DEEP_FRACTION, DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
+from lcsb_service.hyperparameters import METHOD_TYPES, SUPERVISED
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
 
-Auto = Literal["auto"]
 # Every training setting defaults to None (left out): the trainer's `TrainConfig` is the one home of the
-# defaults, which the descriptions below read from it.
-
-
-class Hyperparameters(BaseModel):
-    """OpenAI's three (each may be "auto") plus optional explicit optimizer settings."""
-
-    model_config = Strict
-    n_epochs: Auto | Annotated[int, Field(ge=1, le=100)] | None = None
-    batch_size: Auto | Annotated[int, Field(ge=1, le=512)] | None = None
-    learning_rate_multiplier: Auto | Annotated[float, Field(ge=1e-3, le=100)] | None = Field(
-        default=None, description="x the job's base learning rate (auto: 1): the measured best for its schedule "
-                                  "(8e-4 for topfull, split, tail and full backprop; BENCHMARKS.md); the product must "
-                                  "lie in the learning_rate range")
-    learning_rate: Annotated[float, Field(ge=LEARNING_RATE_RANGE[0], lt=LEARNING_RATE_RANGE[1])] | None = Field(
-        default=None, description=f"AdamW's peak learning rate, in [{LEARNING_RATE_RANGE[0]:g}, "
-                                  f"{LEARNING_RATE_RANGE[1]:g})")
-    max_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
-    warmup_steps: Annotated[int, Field(ge=0, le=10_000_000)] | None = Field(
-        default=None, description=f"linear warmup steps (default: a quarter of the run, at most {AUTO_WARMUP_MAX})")
-    weight_decay: Annotated[float, Field(ge=0, le=1)] | None = Field(
-        default=None, description=f"AdamW weight decay (default {OptimSettings.weight_decay})")
-    lr_schedule: Literal[LR_SCHEDULES] | None = Field(  # type: ignore[valid-type]
-        default=None, description=f"after warmup (default {OptimSettings.lr_schedule})")
-
-
-class SupervisedMethod(BaseModel):
-    model_config = Strict
-    hyperparameters: Hyperparameters | None = None
+# defaults, which the descriptions below read from it (the hyperparameter sections: api.schemas.hyperparameters).
 
 
 class LoraMethod(BaseModel):
@@ -133,11 +103,14 @@ class LCSBMethod(BaseModel):
 
 
 class Method(BaseModel):
-    """`type` must be `supervised`; the rest are this service's training settings."""
+    """`type`: `supervised` (the default; hyperparameters in `supervised`) or `dpo` (preference pairs;
+    hyperparameters, with `beta`, in `dpo`); the rest are this service's training settings, which apply
+    to both (`lcsb_service.hyperparameters.method_type` refuses the other type's section)."""
 
     model_config = Strict
-    type: Literal["supervised"] = "supervised"
+    type: Literal[METHOD_TYPES] = SUPERVISED  # type: ignore[valid-type]
     supervised: SupervisedMethod | None = None
+    dpo: DPOMethod | None = Field(default=None, description="with type dpo: its hyperparameters (beta included)")
     lora: LoraMethod | None = None
     quantization: Literal[QUANTIZATIONS] | None = Field(  # type: ignore[valid-type]
         default=None, description=f"of the base model's weights (default {ModelSettings.quantization})")
@@ -145,7 +118,8 @@ class Method(BaseModel):
     max_seq_len: int | None = Field(default=None, ge=16, le=131072, description=(
         f"tokens per example (default {DataSettings.max_seq_len}, at most the model's context_length)"))
     train_on_inputs: bool | None = Field(default=None, description=(
-        f"loss on prompt tokens too (default {str(DataSettings.train_on_inputs).lower()}: assistant tokens only)"))
+        f"loss on prompt tokens too (default {str(DataSettings.train_on_inputs).lower()}: assistant tokens only); "
+        "not with type dpo, which scores the answers only"))
     eval_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
         f"optimizer steps between evaluations (default {TrainConfig.eval_every}: at the end only)"))
     save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(

@@ -30,6 +30,15 @@ def chat_lines(n: int, pad: int = 0) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
+def preference_lines(n: int) -> bytes:
+    """`n` valid preference (DPO) pairs as JSONL, in OpenAI's shape: `input.messages` ending with a user
+    turn, one assistant message on each side, the two sides different."""
+    rows = [{"input": {"messages": [{"role": "user", "content": f"What is {i} + {i}?"}]},
+             "preferred_output": [{"role": "assistant", "content": f"{2 * i}"}],
+             "non_preferred_output": [{"role": "assistant", "content": f"{2 * i + 1}"}]} for i in range(n)]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
 def upload(client, tenant, content: bytes | None = None, filename: str = "train.jsonl", purpose: str = "fine-tune"):
     """POST /v1/files; returns the response."""
     return client.post("/v1/files", headers=tenant.headers, data={"purpose": purpose},

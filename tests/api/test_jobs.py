@@ -133,7 +133,7 @@ BAD_BODIES = [
     ({"method": {"lcsb": {"schedule": "top", "k": 31}}}, 400, "invalid_hyperparameters", "method.lcsb.k"),
     ({"method": {"quantization": "int3"}}, 400, "invalid_value", "method.quantization"),
     ({"method": {"max_seq_len": 16384}}, 400, None, "method.max_seq_len"),
-    ({"method": {"type": "dpo"}}, 400, "invalid_value", "method.type"),
+    ({"method": {"type": "reinforcement"}}, 400, "invalid_value", "method.type"),
     ({"suffix": "has spaces"}, 400, "invalid_value", "suffix"),
     ({"metadata": {f"k{i}": "v" for i in range(17)}}, 400, None, "metadata"),
     ({"integrations": [{"type": "wandb"}]}, 400, None, "integrations"),

@@ -202,7 +202,8 @@ def test_strict_bodies_pass_and_uploads_are_not_read_as_json(client, alice):
 
 @pytest.mark.parametrize(("method", "param", "where"), [
     ({"warmup_steps": 5}, "method.warmup_steps",
-     "hyperparameters.warmup_steps or method.supervised.hyperparameters.warmup_steps"),
+     "hyperparameters.warmup_steps or method.supervised.hyperparameters.warmup_steps or "
+     "method.dpo.hyperparameters.warmup_steps"),
     ({"rank": 8}, "method.rank", "method.lora.rank"),
 ])
 def test_a_known_field_in_the_wrong_section_says_where_it_belongs(client, alice, method, param, where):

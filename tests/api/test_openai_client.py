@@ -3,6 +3,8 @@ files, jobs (with this service's method settings), events, checkpoints, cancel, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import openai
 import pytest
 from openai import OpenAI
@@ -71,3 +73,37 @@ def test_models_and_errors(oa, live_server):
     wrong = OpenAI(base_url=f"{live_server.url}/v1", api_key="sk-lcsb-wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.files.list()
+
+
+HH_RLHF = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hh-rlhf-harmless" / "train.jsonl"
+
+
+def test_dpo_jobs(oa, tmp_path):
+    """A DPO job on an hh-rlhf excerpt (OpenAI's preference format) in OpenAI's `method` shape, shown
+    back by GET; the other method's file, beta out of range and train_on_inputs are 400s naming the field."""
+    assert HH_RLHF.is_file(), f"hh-rlhf missing at {HH_RLHF} (see ../shared/data/README.md)"
+    excerpt = tmp_path / "pairs.jsonl"
+    excerpt.write_text("".join(HH_RLHF.read_text().splitlines(keepends=True)[:20]))
+    pairs = oa.files.create(file=excerpt.open("rb"), purpose="fine-tune")
+    assert pairs.status == "processed"
+    chat = oa.files.create(file=("chat.jsonl", chat_lines(12)), purpose="fine-tune")
+    dpo = {"type": "dpo", "dpo": {"hyperparameters": {"beta": 0.2, "n_epochs": 1}}}
+    job = oa.fine_tuning.jobs.create(model=SMOL, training_file=pairs.id, method=dpo)
+    assert job.method.type == "dpo" and job.method.dpo.hyperparameters.beta == 0.2
+    assert job.method.dpo.hyperparameters.n_epochs == 1 and job.method.supervised is None
+    got = oa.fine_tuning.jobs.retrieve(job.id)
+    assert got.method.type == "dpo" and got.method.dpo.hyperparameters.beta == 0.2
+    assert got.method.dpo.hyperparameters.batch_size == job.method.dpo.hyperparameters.batch_size
+    cases = [
+        ({"training_file": chat.id, "method": dpo}, "training_file", "is chat data; a dpo job needs preference"),
+        ({"training_file": pairs.id}, "training_file", "is preference pairs; a supervised job needs"),
+        ({"training_file": pairs.id, "method": {"type": "dpo", "dpo": {"hyperparameters": {"beta": 0}}}},
+         "method.dpo.hyperparameters.beta", "beta"),
+        ({"training_file": pairs.id, "method": {**dpo, "train_on_inputs": True}}, "method.train_on_inputs",
+         "answers"),
+    ]
+    for body, param, fragment in cases:
+        with pytest.raises(openai.BadRequestError) as bad:
+            oa.fine_tuning.jobs.create(model=SMOL, **body)
+        assert bad.value.param == param and fragment in bad.value.message, bad.value.message
+    oa.fine_tuning.jobs.cancel(job.id)

@@ -6,7 +6,9 @@
         loss = model(**batch).loss
 
 `build_dataset` runs the same validation as the API (`validator.scan_file`) and tokenizes in the same
-pass, so training never meets a data problem the report did not show.
+pass, so training never meets a data problem the report did not show. A preference (DPO) file gives
+two examples per line, interleaved: [chosen_0, rejected_0, chosen_1, rejected_1, ...] (`ds.format` is
+"preference").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 
 from lcsb_core.config import DataSettings
 from lcsb_core.data.batching import collate
-from lcsb_core.data.formats import FORMATS, RecordError, parse_record
+from lcsb_core.data.formats import FORMATS, PREFERENCE_FORMATS, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport
@@ -33,13 +35,26 @@ from lcsb_core.run_length import batches_per_epoch
 
 @dataclass
 class TokenizedDataset:
-    """Encoded examples ready for batching, with the validation report of their file."""
+    """Encoded examples ready for batching, with the validation report of their file. For a preference
+    file `examples` holds each pair's two sides in a row, [chosen_0, rejected_0, chosen_1, rejected_1, ...]
+    (both with the pair's `line`), so `len()` is twice the number of pairs."""
 
     examples: list[EncodedExample]
     report: ValidationReport
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    @property
+    def format(self) -> str | None:
+        """The file's detected format (`report.format`): "chat", "prompt_completion", "text" (also a .txt
+        corpus) or "preference"; None when no line was valid."""
+        return self.report.format
+
+    @property
+    def is_preference(self) -> bool:
+        """True for a preference (DPO) file: `examples` are (chosen, rejected) sides in a row."""
+        return self.report.format in PREFERENCE_FORMATS
 
     @property
     def num_target_tokens(self) -> int:
@@ -64,26 +79,30 @@ def build_dataset(
     limits: ValidationLimits | None = None,
     file_type: str | None = None,
 ) -> TokenizedDataset:
-    """Validate and tokenize a dataset file (JSONL in any of the three formats, or a .txt corpus).
+    """Validate and tokenize a dataset file (JSONL in any of the four formats, or a .txt corpus).
 
     Examples longer than `max_seq_len` tokens are truncated keeping the start; examples left with no
     target token are dropped and counted (`report.dropped_no_target`, `report.dropped_lines`). With
-    `skip_invalid`, invalid lines are left out and counted in `report.skipped_invalid`.
+    `skip_invalid`, invalid lines are left out and counted in `report.skipped_invalid`. A preference line
+    gives two examples (its chosen and rejected sides, `formats.preference_sides`, in that order); a side
+    longer than `max_seq_len` is an invalid line (field `preferred_output` or `non_preferred_output`), never
+    truncated.
 
     Args:
         path: the file. tokenizer: the base model's transformers (fast) tokenizer.
         max_seq_len: most tokens per example (>= 2). train_on_inputs: every token is a target, not only
-            assistant turns / completions. min_examples: fewer usable examples raises (overrides
-            `limits.min_examples`). limits: caps (default `ValidationLimits()`). file_type: "jsonl" or
-            "txt" (default from the suffix).
+            assistant turns / completions (refused for preference data). min_examples: fewer usable
+            examples raises (overrides `limits.min_examples`). limits: caps (default `ValidationLimits()`).
+            file_type: "jsonl" or "txt" (default from the suffix).
 
     Returns:
         TokenizedDataset; `examples` in file order.
 
     Raises:
         DataError: the file has invalid lines (and not skip_invalid), a file-level problem (size or line
-            cap, no chat template for chat data), or fewer than `min_examples` usable examples. The
-            message names the first bad lines; `err.report` holds the full ValidationReport.
+            cap, no chat template for chat or preference data, train_on_inputs with preference data), or
+            fewer than `min_examples` usable examples. The message names the first bad lines; `err.report`
+            holds the full ValidationReport.
         ValueError: no tokenizer, or max_seq_len < 2.
     """
     if tokenizer is None:
@@ -143,8 +162,8 @@ def iter_batches(
 
 def sniff_format(path: str | os.PathLike[str], *, limits: ValidationLimits | None = None,
                  file_type: str | None = None) -> str | None:
-    """The file's format (chat, prompt_completion or text), read from its first valid line only; None
-    when no line is valid. A .txt corpus is "text"."""
+    """The file's format (chat, prompt_completion, text or preference), read from its first valid line
+    only; None when no line is valid. A .txt corpus is "text"."""
     if (file_type or "").lower() == "txt" or str(path).lower().endswith(TXT_SUFFIXES):
         return "text"
     for pl in LineReader(path, limits or ValidationLimits()):
@@ -158,14 +177,14 @@ def sniff_format(path: str | os.PathLike[str], *, limits: ValidationLimits | Non
 
 
 def check_tokenizer(path: str | os.PathLike[str], tokenizer: Any, *, file_type: str | None = None) -> str | None:
-    """Check at job creation, cheaply, that `tokenizer` can encode the file's format (a chat file needs a
-    chat template). Returns the format (None when no line is valid).
+    """Check at job creation, cheaply, that `tokenizer` can encode the file's format (a chat or preference
+    file needs a chat template). Returns the format (None when no line is valid).
 
     Raises:
         DataError: the tokenizer cannot encode this format; the message says what to do.
     """
     fmt = sniff_format(path, file_type=file_type)
-    if fmt in FORMATS:
+    if fmt in FORMATS or fmt in PREFERENCE_FORMATS:
         problem = ExampleEncoder(tokenizer).format_error(fmt)
         if problem:
             raise DataError(f"{path}: {fmt} data: {problem}")

@@ -1,4 +1,5 @@
-"""The three JSONL formats: parse one line, check it, detect its format, normalize it.
+"""The JSONL formats: parse one line, check it, detect its format, normalize it. Three are supervised
+(chat, prompt_completion, text); the fourth, preference, holds DPO pairs.
 
     chat               {"messages": [{"role": "system"|"user"|"assistant", "content": str,
                                       "weight": 0|1 (assistant only, optional)}, ...]}
@@ -6,17 +7,31 @@
                        assistant, at least one assistant message with weight 1
     prompt_completion  {"prompt": str, "completion": str}
     text               {"text": str}      (language modelling: every token is a target)
+    preference         {"input": {"messages": [...]}, "preferred_output": [{"role": "assistant", "content": str}],
+                        "non_preferred_output": [{"role": "assistant", "content": str}]}   (OpenAI's DPO format)
+                       input.messages: optional system message first, then user/assistant alternating,
+                       starting and ending with user (the outputs answer it; no `weight`), where an assistant
+                       turn may also follow an assistant turn (context only; real transcripts have them:
+                       the chat template may still refuse it); each output: exactly
+                       one assistant message, non-empty, no `weight`; the two answers differ. A line is in this
+                       format when it has `preferred_output` or `non_preferred_output`, or an `input` that is an
+                       object (a string `input`, as in Alpaca rows, is not this format)
 
 Nothing is dropped silently. Each key of a line is one of:
     used        the keys above
     rejected    what training would get wrong if it left the key out: tool calling (`tool_calls`,
                 `function_call`, `tool_call_id`, roles `tool`/`function`, top-level `tools`/`functions`),
-                `audio`, `refusal`, content given as a list of parts; and an empty or whitespace-only
-                trained target (assistant content with weight 1, completion, text)
+                `audio`, `refusal`, content given as a list of parts (in a preference line: `input.tools`,
+                `input.functions`, and the same message keys); an empty or whitespace-only trained target
+                (assistant content with weight 1, completion, text, a preference answer); `weight` in a
+                preference line (its input is never a target, its answers always are)
     ignored     any other key with a non-null value (e.g. a message's `name`, a top-level `id`): listed
                 in `Example.ignored` (as `messages[].name`, `id`), which the validator reports as a
-                warning naming the lines
-A key whose value is null (or an empty list) carries nothing and is treated as absent.
+                warning naming the lines; in a preference line `input.<key>`, `input.messages[].<key>`,
+                `preferred_output[].<key>`, `non_preferred_output[].<key>`
+A key whose value is null (or an empty list) carries nothing and is treated as absent; so does a boolean
+`input.parallel_tool_calls` (OpenAI's preference examples carry it beside an empty `tools`; without tools
+it means nothing).
 
 `parse_record(line_text)` returns an `Example` or raises `RecordError(field, message)`; the validator
 turns that into an `Issue` with the physical line number. One error is reported per line: the first
@@ -43,7 +58,9 @@ FORMATS = (CHAT, PROMPT_COMPLETION, TEXT)
 SUPERVISED_FORMATS = FORMATS
 PREFERENCE_FORMATS = (PREFERENCE,)
 ROLES = ("system", "user", "assistant")
-FORMAT_KEYS = {CHAT: ("messages",), PROMPT_COMPLETION: ("prompt", "completion"), TEXT: ("text",)}
+FORMAT_KEYS = {CHAT: ("messages",), PROMPT_COMPLETION: ("prompt", "completion"), TEXT: ("text",),
+               PREFERENCE: ("input", "preferred_output", "non_preferred_output")}
+PREFERENCE_OUTPUTS = ("preferred_output", "non_preferred_output")
 MESSAGE_KEYS = ("role", "content", "weight")
 TOOL_ROLES = ("tool", "function")
 TOOL_MESSAGE_KEYS = ("tool_calls", "function_call", "tool_call_id")
@@ -175,8 +192,9 @@ def _string(obj: dict, key: str, field: str) -> str:
 
 
 def detect_format(obj: dict) -> str:
-    """The format a JSON object is written in, from its keys. Raises RecordError when it has the keys
-    of none or of several formats."""
+    """The format a JSON object is written in, from its keys: `messages` (chat), `prompt` / `completion`
+    (prompt_completion), `text` (text), `preferred_output` / `non_preferred_output` or an object-valued
+    `input` (preference). Raises RecordError when it has the keys of none or of several formats."""
     found = []
     if "messages" in obj:
         found.append(CHAT)
@@ -184,12 +202,14 @@ def detect_format(obj: dict) -> str:
         found.append(PROMPT_COMPLETION)
     if "text" in obj:
         found.append(TEXT)
+    if any(k in obj for k in PREFERENCE_OUTPUTS) or isinstance(obj.get("input"), dict):
+        found.append(PREFERENCE)
     if not found:
         keys = ", ".join(sorted(obj)[:5]) or "none"
         raise RecordError(
             None,
-            'no known format: expected "messages" (chat), "prompt" and "completion", or "text"; '
-            f"found keys: {keys}",
+            'no known format: expected "messages" (chat), "prompt" and "completion", "text", or "input", '
+            f'"preferred_output" and "non_preferred_output" (preference); found keys: {keys}',
         )
     if len(found) > 1:
         raise RecordError(None, f"keys of several formats on one line ({', '.join(found)}); use one")
@@ -207,8 +227,10 @@ def _ignored(obj: dict, used: tuple[str, ...], prefix: str = "") -> list[str]:
     return [prefix + k for k in obj if k not in used and _present(obj, k)]
 
 
-def _parse_message(i: int, m: Any, ignored: list[str]) -> Message:
-    where = f"messages[{i}]"
+def _parse_message(i: int, m: Any, ignored: list[str], path: str = "messages", weights: bool = True) -> Message:
+    """Message `i` of the list at JSON path `path`. With `weights` False (preference data) a `weight` key
+    is an error, and an assistant turn is not checked for empty content (the caller decides)."""
+    where = f"{path}[{i}]"
     if not isinstance(m, dict):
         raise RecordError(where, f"expected an object with role and content, found {json_type(m)}")
     for key in TOOL_MESSAGE_KEYS:
@@ -224,6 +246,12 @@ def _parse_message(i: int, m: Any, ignored: list[str]) -> Message:
             raise RecordError(f"{where}.{key}", why)
     content = _string(m, "content", f"{where}.content")
     weight = 1
+    if not weights:
+        if _present(m, "weight"):
+            raise RecordError(f"{where}.weight", "is not used in preference data: the input is never a target and "
+                                                 "each answer is scored whole; remove it")
+        ignored.extend(_ignored(m, MESSAGE_KEYS, f"{path}[]."))
+        return Message(role, content, 1)
     if "weight" in m:
         w = m["weight"]
         if role != "assistant":
@@ -247,21 +275,7 @@ def _parse_chat(obj: dict) -> Example:
         raise RecordError("messages", "is empty: nothing to train on")
     ignored: list[str] = _ignored(obj, FORMAT_KEYS[CHAT])
     parsed = [_parse_message(i, m, ignored) for i, m in enumerate(messages)]
-    start = 1 if parsed[0].role == "system" else 0
-    for j, i in enumerate(range(start, len(parsed))):
-        role = parsed[i].role
-        if role == "system":
-            raise RecordError(f"messages[{i}].role", "a system message is only allowed first")
-        expected = "user" if j % 2 == 0 else "assistant"
-        if role != expected:
-            if j == 0:
-                after = " after the system message" if start else ""
-                raise RecordError(f"messages[{i}].role",
-                                  f"the first message{after} must be from the user, found {role}")
-            raise RecordError(
-                f"messages[{i}].role",
-                f"expected {expected} after {parsed[i - 1].role}, found {role} (user and assistant turns alternate)",
-            )
+    _check_turns(parsed, "messages")
     if not any(m.role == "assistant" for m in parsed):
         raise RecordError("messages", "has no assistant message: nothing to train on")
     if parsed[-1].role != "assistant":
@@ -271,6 +285,96 @@ def _parse_chat(obj: dict) -> Example:
     if not any(m.role == "assistant" and m.weight == 1 for m in parsed):
         raise RecordError("messages", "every assistant message has weight 0: nothing to train on")
     return Example(CHAT, messages=tuple(parsed), ignored=tuple(dict.fromkeys(ignored)))
+
+
+def _check_turns(parsed: list[Message], path: str, repeat_assistant: bool = False) -> None:
+    """Optional system message first, then user/assistant alternating, starting with user; `path` is the
+    list's JSON path (for the error's field). With `repeat_assistant` an assistant turn may also follow an
+    assistant turn (a preference input: context only, and real transcripts have an assistant that spoke
+    twice)."""
+    start = 1 if parsed[0].role == "system" else 0
+    for i in range(start, len(parsed)):
+        role = parsed[i].role
+        if role == "system":
+            raise RecordError(f"{path}[{i}].role", "a system message is only allowed first")
+        if i == start:
+            if role != "user":
+                after = " after the system message" if start else ""
+                raise RecordError(f"{path}[{i}].role",
+                                  f"the first message{after} must be from the user, found {role}")
+            continue
+        previous = parsed[i - 1].role
+        if repeat_assistant and role == previous == "assistant":
+            continue
+        expected = "assistant" if previous == "user" else "user"
+        if role != expected:
+            raise RecordError(
+                f"{path}[{i}].role",
+                f"expected {expected} after {previous}, found {role} (user and assistant turns alternate)",
+            )
+
+
+def _parse_output(obj: dict, key: str, ignored: list[str]) -> Message:
+    """The one assistant message of `preferred_output` or `non_preferred_output`."""
+    if not _present(obj, key):
+        if isinstance(obj.get(key), list):
+            raise RecordError(key, "is empty: give the answer as one assistant message")
+        if obj.get(key) == {}:
+            raise RecordError(key, "expected a list with one assistant message, found object")
+        raise RecordError(key, "is missing: a preference line needs preferred_output and non_preferred_output, "
+                               "one assistant message each")
+    value = obj[key]
+    if not isinstance(value, list):
+        raise RecordError(key, f"expected a list with one assistant message, found {json_type(value)}")
+    if len(value) > 1:
+        raise RecordError(key, f"holds {len(value)} messages; give exactly one assistant message (the answer: "
+                               "multi-turn answers are not supported)")
+    message = _parse_message(0, value[0], ignored, key, weights=False)
+    if message.role != "assistant":
+        raise RecordError(f"{key}[0].role", f"expected assistant, found {message.role} (the output is the "
+                                            "assistant's answer to the input)")
+    if not message.content.strip():
+        raise RecordError(f"{key}[0].content", "is empty: each answer is scored token by token, and an empty one "
+                                               "has nothing to score; give the answer's text")
+    return message
+
+
+def _parse_preference(obj: dict) -> Example:
+    """A preference (DPO) line: `input.messages`, `preferred_output`, `non_preferred_output`."""
+    if "input" not in obj or obj["input"] is None:
+        raise RecordError("input", 'is missing: a preference line needs {"input": {"messages": [...]}}')
+    source = obj["input"]
+    if not isinstance(source, dict):
+        raise RecordError("input", f"expected an object with messages, found {json_type(source)}")
+    for key in TOOL_TOP_KEYS:
+        if _present(source, key):
+            raise RecordError(f"input.{key}", NO_TOOLS)
+    if "messages" not in source or source["messages"] is None:
+        raise RecordError("input.messages", "is missing: the input conversation the two outputs answer")
+    messages = source["messages"]
+    if not isinstance(messages, list):
+        raise RecordError("input.messages", f"expected a list of messages, found {json_type(messages)}")
+    if not messages:
+        raise RecordError("input.messages", "is empty: the outputs must answer a user message")
+    ignored: list[str] = _ignored(obj, FORMAT_KEYS[PREFERENCE])
+    switch = source.get("parallel_tool_calls")
+    ignored += _ignored(source, ("messages",) + (("parallel_tool_calls",) if isinstance(switch, bool) else ()),
+                        "input.")
+    parsed = [_parse_message(i, m, ignored, "input.messages", weights=False) for i, m in enumerate(messages)]
+    _check_turns(parsed, "input.messages", repeat_assistant=True)
+    if parsed[-1].role != "user":
+        last = len(parsed) - 1
+        raise RecordError(f"input.messages[{last}].role",
+                          "the input must end with a user message (preferred_output and non_preferred_output "
+                          f"answer it), found {parsed[-1].role}")
+    preferred = _parse_output(obj, "preferred_output", ignored)
+    non_preferred = _parse_output(obj, "non_preferred_output", ignored)
+    if preferred.content == non_preferred.content:
+        raise RecordError("non_preferred_output[0].content",
+                          "is the same as preferred_output[0].content: a pair of equal answers teaches nothing (its "
+                          "DPO loss is constant); give two different answers or remove the line")
+    return Example(PREFERENCE, messages=tuple(parsed), preferred=preferred, non_preferred=non_preferred,
+                   ignored=tuple(dict.fromkeys(ignored)))
 
 
 def check_record(obj: Any) -> Example:
@@ -283,6 +387,8 @@ def check_record(obj: Any) -> Example:
     fmt = detect_format(obj)
     if fmt == CHAT:
         return _parse_chat(obj)
+    if fmt == PREFERENCE:
+        return _parse_preference(obj)
     ignored = tuple(_ignored(obj, FORMAT_KEYS[fmt]))
     if fmt == PROMPT_COMPLETION:
         prompt = _string(obj, "prompt", "prompt")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcsb_core.chat_tokens import render_chat, special_strings, token_pieces
-from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION, Example, RecordError
+from lcsb_core.data.formats import CHAT, PREFERENCE, PROMPT_COMPLETION, Example, RecordError
 
 IGNORE_INDEX = -100
 
@@ -96,9 +96,20 @@ class ExampleEncoder:
         return [bos] if with_special[:1] == [bos] and without[:1] != [bos] else []
 
     def format_error(self, fmt: str) -> str | None:
-        """Why this tokenizer cannot encode data of format `fmt`, or None when it can."""
+        """Why this tokenizer (with this encoder's `train_on_inputs`) cannot encode data of format `fmt`,
+        or None when it can. Preference data is rendered as conversations (`formats.preference_sides`), so
+        it needs a chat template, and its targets are the answers only, so `train_on_inputs` is refused."""
         if fmt == CHAT:
             return chat_template_error(self.tokenizer)
+        if fmt == PREFERENCE:
+            if self.train_on_inputs:
+                return ("train_on_inputs does not apply to preference data: DPO scores only the answers "
+                        "(preferred_output and non_preferred_output) given the input; leave train_on_inputs off")
+            if not getattr(self.tokenizer, "chat_template", None):
+                name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+                return (f"the base model's tokenizer ({name}) has no chat template, so preference data (rendered "
+                        "as conversations) cannot be encoded; use a model with a chat template")
+            return None
         if self.eos_id is None:
             return "the base model's tokenizer has no end-of-sequence token; cannot mark where examples end"
         return None

@@ -10,6 +10,12 @@ that passes at upload cannot fail later for a structural reason.
 `.txt` files are plain-text corpora (see `text_corpus`); everything else is read as JSONL. The file is
 read line by line (flat memory); valid examples are tokenized in batches of `ENCODE_BATCH` and only
 their statistics are kept, unless `scan_file(..., keep_examples=True)` (used by `build_dataset`).
+
+Preference (DPO) files: each line is encoded as its two sides (`formats.preference_sides`: the input
+followed by the preferred answer, and by the non-preferred one), kept interleaved as [chosen_0, rejected_0,
+chosen_1, rejected_1, ...], both carrying the line's number. A side longer than `max_seq_len` tokens is an
+error on its line, never truncated (cutting an answer changes its log-probability); token statistics count
+each side as one sequence.
 """
 
 from __future__ import annotations
@@ -19,7 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from lcsb_core.config import DataSettings
-from lcsb_core.data.formats import CHAT, FORMAT_KEYS, Example, Issue, RecordError, parse_record
+from lcsb_core.data.formats import (
+    CHAT,
+    FORMAT_KEYS,
+    PREFERENCE,
+    PREFERENCE_OUTPUTS,
+    Example,
+    Issue,
+    RecordError,
+    parse_record,
+    preference_sides,
+)
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport
@@ -36,6 +52,15 @@ def _ignored_because(key: str, fmt: str | None) -> str:
     if key.startswith("messages[]."):
         return "a message's role, content and weight, so the chat template never sees it; remove it, or merge " \
                "it into content"
+    if fmt == PREFERENCE:
+        if "[]." in key:
+            return "a message's role and content, so the chat template never sees it; remove it, or merge it into " \
+                   "content"
+        if key.startswith("input."):
+            return "input.messages of the input, so the chat template never sees it; remove it, or merge it into a " \
+                   "message's content"
+        return "input, preferred_output and non_preferred_output in the preference format, so the chat template " \
+               "never sees it; remove it"
     if fmt == CHAT:
         return "messages, so the chat template never sees it; remove it, or merge it into a message's content"
     used = FORMAT_KEYS.get(fmt or "", ())
@@ -86,25 +111,20 @@ class _Scan:
             self.error(line, None, f"this line is in {example.format} format but the file is in {r.format} "
                        f"format (detected from line {r.format_line}); use one format per file")
             return
-        if self.encoder is not None:
+        if self.encoder is not None and example.format == PREFERENCE:
+            if not self.encode_pair(line, example):
+                return
+        elif self.encoder is not None:
             try:
                 segments = self.encoder.segments(example)
             except RecordError as exc:
                 self.error(line, exc.field, exc.message)
                 return
-            if self.encoder.contains_special(example):
-                self.special_count += 1
-                if len(self.special_lines) < self.limits.max_listed:
-                    self.special_lines.append(line)
-            lossy = self.encoder.lossy_chars(example)
-            if lossy:
-                self.lossy_count += 1
-                self.lossy_chars |= lossy
-                if len(self.lossy_lines) < self.limits.max_listed:
-                    self.lossy_lines.append(line)
             self.pending.append((line, segments))
             if len(self.pending) >= ENCODE_BATCH:
                 self.flush()
+        if self.encoder is not None:
+            self.count_text_warnings(line, example)
         r.valid_examples += 1
         self.digests.add(example.digest(), line)
         for key in example.ignored:
@@ -112,6 +132,47 @@ class _Scan:
             seen[0] += 1
             if len(seen[1]) < self.limits.max_listed:
                 seen[1].append(line)
+
+    def count_text_warnings(self, line: int, example: Example) -> None:
+        """Count a valid example whose text holds a special token's string or characters the tokenizer
+        loses (the warnings `_scan_jsonl` writes)."""
+        assert self.encoder is not None
+        if self.encoder.contains_special(example):
+            self.special_count += 1
+            if len(self.special_lines) < self.limits.max_listed:
+                self.special_lines.append(line)
+        lossy = self.encoder.lossy_chars(example)
+        if lossy:
+            self.lossy_count += 1
+            self.lossy_chars |= lossy
+            if len(self.lossy_lines) < self.limits.max_listed:
+                self.lossy_lines.append(line)
+
+    def encode_pair(self, line: int, example: Example) -> bool:
+        """Encode a preference example's two sides now (not batched, so an over-long side is an error on its
+        line before the line counts as valid); record their statistics and, when keeping, append both
+        (chosen, then rejected). False after reporting an error on the line."""
+        assert self.encoder is not None
+        n_input = len(example.messages)
+        all_segments = []
+        for side, name in zip(preference_sides(example), PREFERENCE_OUTPUTS, strict=True):
+            try:
+                all_segments.append(self.encoder.segments(side))
+            except RecordError as exc:
+                self.error(line, _side_field(exc.field, n_input, name), exc.message)
+                return False
+        encoded = self.encoder.encode_segments(all_segments)
+        for name, (ids, _) in zip(PREFERENCE_OUTPUTS, encoded, strict=True):
+            if len(ids) > self.max_seq_len:
+                self.error(line, name, f"the input and this answer take {len(ids)} tokens > max_seq_len "
+                                       f"{self.max_seq_len}; shorten the conversation or raise max_seq_len")
+                return False
+        for ids, labels in encoded:
+            targets = len(labels) - labels.count(IGNORE_INDEX)
+            self.counter.add(line=line, length=len(ids), kept_length=len(ids), targets=targets)
+            if self.keep:
+                self.examples.append(EncodedExample(ids, labels, line))
+        return True
 
     def report_ignored(self) -> None:
         """One warning per key that carries something but is not used (e.g. `messages[].name`)."""
@@ -138,6 +199,21 @@ class _Scan:
             if self.keep and targets > 0:
                 self.examples.append(EncodedExample(ids, labels, line))
         self.pending = []
+
+
+def _side_field(field: str | None, n_input: int, output: str) -> str | None:
+    """A field of one side of a preference pair (a chat example: the input's messages, then the answer)
+    as the field of the preference line: `messages[k]...` is `input.messages[k]...` for k < n_input, else
+    `<output>[0]...`; `messages` is `input.messages`."""
+    if field is None or not field.startswith("messages"):
+        return field
+    rest = field[len("messages"):]
+    if not rest.startswith("["):
+        return "input.messages" + rest
+    index, _, tail = rest[1:].partition("]")
+    if index.isdigit() and int(index) >= n_input:
+        return f"{output}[0]{tail}"
+    return "input.messages" + rest
 
 
 def _whole_document(first_line: str) -> str | None:
@@ -190,7 +266,8 @@ def _scan_jsonl(path: Path, report: ValidationReport, encoder: ExampleEncoder | 
                 f"{scan.special_count} examples contain the text of a special token such as "
                 f"{scan.encoder.special_strings[0]!r} (lines {', '.join(map(str, scan.special_lines))}); "
                 + ("it is read as text: a chat message's content never becomes a control token"
-                   if report.format == CHAT else "the tokenizer reads it as a control token, not as text"))
+                   if report.format in (CHAT, PREFERENCE) else "the tokenizer reads it as a control token, not as "
+                   "text"))
         if scan.lossy_count:
             shown = ", ".join(repr(c) for c in sorted(scan.lossy_chars)[:5])
             report.warnings.append(

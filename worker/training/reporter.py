@@ -10,7 +10,10 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    supervisor's choice and where it came from, `worker.threads`; None outside a worker)
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
-                   peak_memory_mib, selected_layers
+                   peak_memory_mib, selected_layers; a DPO job's step adds its `rewards/...` metrics (TRL's
+                   names: rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies), as the
+                   trainer's train log row has them (`StepReport.to_dict`), and its message the margin and
+                   accuracy ("..., reward margin=0.42, reward accuracy=0.75")
     on_schedule_decision  "auto: the lower 22 layers carried 31.2% of the gradient over the first 4 steps
                    (threshold 93.9%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
                    probe-then-switch schedule); data: `schedule_decision`, which the job object's
@@ -23,7 +26,8 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    40/384 decoding steps, 21 s"), which keeps the heartbeat through a long one
     on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
                    data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
-                   `grader/<name>` score, which the checkpoint of the same step carries in its `metrics`
+                   `grader/<name>` score, and a DPO job's `eval_rewards/...` (the eval log row's, `EvalReport.to_dict`),
+                   which the checkpoint of the same step carries in its `metrics`
     on_checkpoint  "Checkpoint saved at step 50" (+ a `checkpoints` row with the adapter .tar.gz); every
                    `save_every` steps and after the last step that ran, so a job's checkpoints end with it
     on_end         "Training stopped early at step 30 of 100: eval_loss did not improve by more than 0 in 2
@@ -54,6 +58,22 @@ from lcsb_service.storage import Storage
 from worker.threads import ThreadPolicy
 
 log = logging.getLogger(__name__)
+
+# a DPO run's log-row keys (TRL's names), passed on as they are
+TRAIN_REWARDS, EVAL_REWARDS = "rewards/", "eval_rewards/"
+
+
+def reward_metrics(row: dict[str, Any], prefix: str) -> dict[str, float]:
+    """The DPO reward metrics of a trainer log row (`StepReport.to_dict`, `EvalReport.to_dict`): its keys
+    under `prefix` (`TRAIN_REWARDS` or `EVAL_REWARDS`), unchanged; {} for a supervised run."""
+    return {k: v for k, v in row.items() if k.startswith(prefix) and v is not None}
+
+
+def _rewards_words(rewards: dict[str, float], prefix: str) -> str:
+    """", reward margin=0.42, reward accuracy=0.75" for an event message, or "" without rewards."""
+    shown = (("margins", "reward margin"), ("accuracies", "reward accuracy"))
+    return "".join(f", {label}={rewards[prefix + name]:.3f}" for name, label in shown if prefix + name in rewards)
+
 
 # Seconds between an evaluation's progress events: under the 30 s of silence that `lcsb jobs follow`
 # allows between its progress lines (lcsb_client.progress.FollowDisplay.line_every_s).
@@ -118,6 +138,8 @@ class JobReporter(TrainerCallback):
                 "grad_norm": r.grad_norm, "tokens": r.tokens, "tokens_per_s": round(r.tokens_per_s, 1),
                 "step_time_s": round(r.step_time_s, 4), "peak_memory_mib": round(r.peak_memory_mib, 1),
                 "selected_layers": r.selected_layers}
+        rewards = reward_metrics(r.to_dict(), TRAIN_REWARDS)
+        data.update(rewards)
         if self.first_step is None:
             self.first_step = (r.step - 1, r.elapsed_s - r.step_time_s)
         # the step rate since this run's first step: the model load, the step-0 evaluation (run after
@@ -128,8 +150,8 @@ class JobReporter(TrainerCallback):
                             trained_tokens=self.trained_tokens, peak_memory_mib=round(self.peak_mib, 1),
                             elapsed_s=r.elapsed_s - self.first_step[1], steps_timed=r.step - self.first_step[0])
             if (self.log_every and r.step % self.log_every == 0) or r.step == r.total_steps:
-                add_event(s, self.job_id, f"Step {r.step}/{r.total_steps}: training loss={r.loss:.4f}",
-                          type="metrics", data=data)
+                add_event(s, self.job_id, f"Step {r.step}/{r.total_steps}: training loss={r.loss:.4f}"
+                          f"{_rewards_words(rewards, TRAIN_REWARDS)}", type="metrics", data=data)
 
     def on_schedule_decision(self, decision: dict) -> None:
         chosen = ("switching to " + decision["schedule"]) if decision["switched"] \
@@ -159,14 +181,17 @@ class JobReporter(TrainerCallback):
     def on_eval(self, r: EvalReport) -> None:
         if r.step == 0 and self.first_step is not None:  # the deferred step-0 evaluation is not a step's time
             self.first_step = (self.first_step[0], self.first_step[1] + r.eval_time_s)
-        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy, **r.graded)
-        scores = "".join(f", {key}={value:.3f}" for key, value in r.graded.items())
+        rewards = reward_metrics(r.to_dict(), EVAL_REWARDS)
+        self.last_metrics.update(valid_loss=r.eval_loss, valid_mean_token_accuracy=r.eval_token_accuracy, **r.graded,
+                                 **rewards)
+        scores = "".join(f", {key}={value:.3f}" for key, value in r.graded.items()) + \
+            _rewards_words(rewards, EVAL_REWARDS)
         with _reporting("an evaluation", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation loss={r.eval_loss:.4f}, "
                       f"token accuracy={r.eval_token_accuracy:.3f}{scores}", type="metrics",
                       data={"step": r.step, "valid_loss": r.eval_loss,
                             "valid_mean_token_accuracy": r.eval_token_accuracy,
-                            "eval_target_tokens": r.eval_target_tokens, **r.graded})
+                            "eval_target_tokens": r.eval_target_tokens, **r.graded, **rewards})
 
     def on_checkpoint(self, step: int, path: str) -> None:
         with _reporting("a checkpoint", self.job_id), self.db.session() as s:

@@ -2,6 +2,7 @@
 cancel them, and download their outputs.
 
     lcsb jobs submit job.yaml --follow       # uploads training_path/validation_path first
+    lcsb jobs submit dpo.yaml --method dpo --beta 0.2   # preference pairs (DPO)
     lcsb jobs list --metadata project=demo
     lcsb jobs get ftjob-...
     lcsb jobs follow ftjob-...               # progress bar; exit 0 succeeded, 1 failed/cancelled
@@ -81,11 +82,15 @@ def submit(spec: Annotated[Path, typer.Argument(exists=True, dir_okay=False, hel
                                                   "--set hyperparameters.n_epochs=2")] = [],  # noqa: B006
            idempotency_key: Annotated[str | None, typer.Option(help="resubmitting with the same key returns "
                                                                "the same job")] = None,
+           method: Annotated[str | None, typer.Option(
+               "--method", help="method.type: supervised (the default) or dpo (a file of preference pairs)")] = None,
+           beta: Annotated[float | None, typer.Option(
+               "--beta", help="DPO's beta (method.dpo.hyperparameters.beta; default: the service's auto)")] = None,
            as_json: AsJson = False, base_url: BaseUrl = DEFAULT_BASE_URL, api_key: ApiKey = None) -> None:
     """Create a job from a YAML spec (local datasets are uploaded first); print it, or follow it. A
     submit that fails (a rejected dataset, a spec the service refuses) deletes the files it uploaded, so
     retrying leaves no stray uploads behind; files the spec names by id are never touched."""
-    job_spec = JobSpec.load(spec, set_)
+    job_spec = JobSpec.load(spec, set_, method=method, beta=beta)
     with connect(base_url, api_key) as svc:
         uploaded: list[str] = []
         try:

@@ -133,9 +133,12 @@ def jobs_table(jobs: list[dict]) -> Table:
 
 
 def _method(job: dict) -> str:
+    """"dpo (beta 0.1) | nf4 | LoRA r16 alpha 32 | LCSB ..." (the type first, supervised by default)."""
     m = job.get("method") or {}
     lora, lcsb = m.get("lora") or {}, m.get("lcsb") or {}
-    parts = [str(m.get("quantization") or "-")]
+    kind = str(m.get("type") or "supervised")
+    beta = ((m.get(kind) or {}).get("hyperparameters") or {}).get("beta")
+    parts = [kind + (f" (beta {beta:g})" if isinstance(beta, (int, float)) else ""), str(m.get("quantization") or "-")]
     if lora:
         parts.append(f"LoRA r{lora.get('rank')} alpha {lora.get('alpha')}")
     if lcsb:

@@ -6,6 +6,7 @@ dataset paths allowed in place of file ids (uploaded first).
     validation_path: data/valid.jsonl        # or validation_file: file-... (optional)
     hyperparameters: {n_epochs: 1, batch_size: 4}
     method:
+      type: supervised                       # or dpo (a preference file; method.dpo.hyperparameters.beta)
       lora: {rank: 16, alpha: 32}
       lcsb: {schedule: topfull, fraction: 0.25}
     suffix: gsm8k
@@ -52,6 +53,39 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
+METHOD_TYPES = ("supervised", "dpo")  # OpenAI's method.type values the service trains
+
+
+def apply_method(raw: dict, method: str | None, beta: float | None) -> dict:
+    """`lcsb jobs submit --method TYPE --beta B`: set `method.type` and DPO's
+    `method.dpo.hyperparameters.beta` in `raw` (the service checks beta's range). With `beta`, the spec's
+    top-level `hyperparameters` move into `method.dpo.hyperparameters` (the same settings for a DPO job;
+    the service takes them from one place only).
+
+    Raises:
+        ClientError: `invalid_spec` for an unknown type, or `--beta` on a job whose type is not dpo.
+    """
+    if method is None and beta is None:
+        return raw
+    spec_method = raw.get("method")
+    if spec_method is not None and not isinstance(spec_method, dict):
+        raise _invalid(f"method must be a mapping, got {type(spec_method).__name__}", "method")
+    node = raw.setdefault("method", {})
+    if method is not None:
+        if method not in METHOD_TYPES:
+            raise _invalid(f"--method must be one of {', '.join(METHOD_TYPES)}, got {method!r}", "--method")
+        node["type"] = method
+    if beta is not None:
+        if node.get("type") != "dpo":
+            raise _invalid("--beta is DPO's: give --method dpo (or method.type: dpo in the spec)", "--beta")
+        dpo = node.get("dpo") or {}
+        top = raw.pop("hyperparameters", None) or {}
+        if not isinstance(top, dict):
+            raise _invalid(f"hyperparameters must be a mapping, got {type(top).__name__}", "hyperparameters")
+        node["dpo"] = {**dpo, "hyperparameters": {**top, **(dpo.get("hyperparameters") or {}), "beta": beta}}
+    return raw
+
+
 @dataclass
 class JobSpec:
     """A checked spec: `request` holds the job fields given directly; `training_path` /
@@ -62,8 +96,9 @@ class JobSpec:
     validation_path: Path | None = None
 
     @classmethod
-    def load(cls, path: Path, overrides: list[str] | None = None) -> JobSpec:
-        """Read and check a spec file.
+    def load(cls, path: Path, overrides: list[str] | None = None, *, method: str | None = None,
+             beta: float | None = None) -> JobSpec:
+        """Read and check a spec file; `overrides` (`--set`), then `method` and `beta` (`apply_method`).
 
         Raises:
             ClientError: `invalid_spec` (YAML syntax, unknown or conflicting fields, wrong types) or
@@ -75,7 +110,7 @@ class JobSpec:
             raise _invalid(f"cannot read the job spec {path}: {exc}") from None
         if not isinstance(raw, dict):
             raise _invalid(f"{path}: the job spec must be a mapping of fields, got {type(raw).__name__}")
-        return cls.from_dict(apply_overrides(raw, overrides or []), base_dir=path.parent)
+        return cls.from_dict(apply_method(apply_overrides(raw, overrides or []), method, beta), base_dir=path.parent)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], base_dir: Path = Path(".")) -> JobSpec:

@@ -28,15 +28,19 @@ class StepReport:
     peak_memory_mib: float
     selected_layers: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
+    rewards: dict[str, float] = field(default_factory=dict)  # DPO: `rewards/chosen`, ... (lcsb_core.dpo)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain metrics: the fields, with each DPO reward metric as its own `rewards/<name>` key."""
+        out = asdict(self)
+        return {**out, **out.pop("rewards")}
 
 
 @dataclass
 class EvalReport:
     """An evaluation after `step` optimizer steps: mean loss over target tokens (nats) and the share
-    of target tokens whose argmax prediction is right; `elapsed_s` since the run's start and
+    of target tokens whose argmax prediction is right (a DPO run: the mean DPO loss per pair, the token
+    accuracy on the preferred answers, and `rewards` by TRL's names); `elapsed_s` since the run's start and
     `eval_time_s` of the evaluation itself (seconds, graded evaluation included); `graded`: the mean
     score in [0, 1] per grader of a graded evaluation, keyed `grader/<name>` (`lcsb_core.eval.graders`),
     empty without one."""
@@ -48,12 +52,14 @@ class EvalReport:
     elapsed_s: float = 0.0
     eval_time_s: float = 0.0
     graded: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, float] = field(default_factory=dict)  # DPO: `eval_rewards/chosen`, ... (lcsb_core.dpo)
 
     def to_dict(self) -> dict:
-        """Plain metrics: the fields, with each graded score as its own `grader/<name>` key."""
+        """Plain metrics: the fields, with each graded score as its own `grader/<name>` key and each DPO
+        reward metric as its own `eval_rewards/<name>` key."""
         out = asdict(self)
-        graded = out.pop("graded")
-        return {**out, **graded}
+        graded, rewards = out.pop("graded"), out.pop("rewards")
+        return {**out, **graded, **rewards}
 
     def named_metrics(self) -> dict[str, float]:
         """The evaluation's metrics by the names that checkpoint selection and early stopping take

@@ -368,6 +368,11 @@ class TrainConfig:
                f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")
         _check(not self.init_optimizer_state or bool(self.init_adapter), "init_optimizer_state",
                "needs {init_adapter} (the checkpoint whose optimizer state is carried on)", ("init_adapter",))
+        if self.dpo is not None:
+            _check(not self.data.train_on_inputs, "data.train_on_inputs",
+                   "does not apply to DPO, which scores each pair's two answers given its input: leave it false")
+            _check(not self.data.pack, "data.pack", "does not apply to DPO (each row holds one answer of one "
+                   "pair): leave it false")
 
     def check_honoured(self, train_examples: int | None = None) -> None:
         """Rules between fields for a run that reads its data from the files in `data`: every setting

@@ -50,6 +50,10 @@ V vocab, L decoder layers):
                  (`quantization.dequantized_weights`: linear params x 2 or 4 B) + one layer's
                  per-token buffers for G tokens (the prompt's forward)
     The run's peak is the largest of loading, training and evaluation.
+    DPO          (`TrainConfig.dpo`) a micro-batch of B pairs is 2B rows (each pair's two answers), so every
+                 term above takes 2B rows (and a split's windows count rows of whole pairs); the
+                 reference's forward runs before the policy's without autograd (one layer's buffers and
+                 one head chunk at a time), inside the training pass's transient.
 
 The per-token coefficients were measured on SmolLM2-135M (NF4, bf16 autocast) with
 `torch.autograd.graph.saved_tensors_hooks`: 31.5 MiB per decoder layer per 1,024 tokens and 436 MiB for
@@ -264,10 +268,11 @@ def estimate_for(cfg: TrainConfig, model_config: dict, *, device: str, checkpoin
     from lcsb_core.schedules import schedule_for
 
     schedule = schedule_for(cfg.lcsb, num_layers=model_config["num_hidden_layers"])
+    rows = cfg.batch_size * (1 if cfg.dpo is None else 2)  # DPO: both answers of each pair
     return estimate_peak_mib(model_config, quantization=cfg.model.quantization, lora_rank=cfg.lora.rank,
-                             target_modules=tuple(cfg.lora.target_modules), batch_size=cfg.batch_size,
+                             target_modules=tuple(cfg.lora.target_modules), batch_size=rows,
                              seq_len=cfg.data.max_seq_len, backprop_layers=schedule.max_backprop_layers(),
-                             depth_split=depth_split_for(schedule, batch_size=cfg.batch_size,
+                             depth_split=depth_split_for(schedule, batch_size=rows,
                                                          accumulation_steps=cfg.gradient_accumulation_steps),
                              gradient_checkpointing=cfg.lcsb.gradient_checkpointing, device=device,
                              loss_chunk_bytes=cfg.loss_chunk_mib * MIB,

@@ -53,7 +53,8 @@ def load_datasets(cfg: TrainConfig, tokenizer):
     with no target token and dropped) raises instead of being reported.
 
     Raises:
-        ConfigError: a cross-field rule is broken (`TrainConfig.check_honoured`).
+        ConfigError: a cross-field rule is broken (`TrainConfig.check_honoured`), or a file's format does
+            not fit the run (preference pairs for `dpo`, supervised data otherwise).
         DataError: the file fails validation, or truncates with `on_truncation: fail` (the message names
             lines and fields; `err.report` is the ValidationReport).
         ModelLoadError: chat data with a tokenizer that has no chat template.
@@ -66,14 +67,29 @@ def load_datasets(cfg: TrainConfig, tokenizer):
                           train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid,
                           min_examples=d.min_examples)
     _check_truncation(train, d.on_truncation)
+    _check_method(cfg, train, "data.train_file")
     evals = None
     if d.validation_file:
         evals = build_dataset(Path(d.validation_file), tokenizer, max_seq_len=d.max_seq_len,
                               train_on_inputs=d.train_on_inputs, skip_invalid=d.skip_invalid, min_examples=1)
         _check_truncation(evals, d.on_truncation)
-        if d.max_eval_examples is not None:
-            evals.examples = evals.examples[: d.max_eval_examples]
+        _check_method(cfg, evals, "data.validation_file")
+        if d.max_eval_examples is not None:  # pairs for DPO: two examples each
+            evals.examples = evals.examples[: d.max_eval_examples * (1 if cfg.dpo is None else 2)]
     return train, evals
+
+
+def _check_method(cfg: TrainConfig, dataset, field: str) -> None:
+    """A DPO run needs preference pairs, a supervised run supervised data.
+
+    Raises:
+        ConfigError: naming `field`, with the format found and the one expected.
+    """
+    if dataset.is_preference == (cfg.dpo is not None):
+        return
+    wanted = ("preference pairs (input, preferred_output, non_preferred_output)" if cfg.dpo is not None
+              else "chat, prompt_completion or text data (preference pairs need dpo)")
+    raise ConfigError(field, f"is {dataset.format} data; this run needs {wanted}")
 
 
 def _check_truncation(dataset, policy: str) -> None:

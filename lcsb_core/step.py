@@ -14,8 +14,8 @@ the deep rows alone, rescaled to the mean over the deep rows' target tokens (`sp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -25,6 +25,9 @@ from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
 from lcsb_core.optim import prepare_skipped_grads
 from lcsb_core.schedules import deep_rows
 from lcsb_core.selective import SelectiveBackprop, recompute_below_top
+
+if TYPE_CHECKING:
+    from lcsb_core.dpo import DPOObjective
 
 
 @dataclass
@@ -37,6 +40,7 @@ class StepStats:
     layer_grad_norms: dict[int, float]
     tokens: int
     target_tokens: int
+    rewards: dict[str, float] = field(default_factory=dict)
 
 
 def count_targets(batch: dict[str, torch.Tensor]) -> int:
@@ -71,7 +75,7 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
              micro_batches: list[dict[str, torch.Tensor]], selected: frozenset[int], *, step: int,
              momentum_for_skipped: bool, max_grad_norm: float, deep_fraction: float | None = None,
              shallow: frozenset[int] | None = None, loss_chunk_bytes: int = 0,
-             recompute_top: int | None = None) -> StepStats:
+             recompute_top: int | None = None, objective: DPOObjective | None = None) -> StepStats:
     """Train one optimizer step on `micro_batches` with `selected` decoder layers back-propagated; with
     `deep_fraction` (a depth split), only `deep_rows` of the window's rows back-propagate through all of
     `selected`, the others through `shallow` (a subset of `selected`), and the gradients of the layers
@@ -80,6 +84,10 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     `LCSBSettings.recompute_deep`, the schedule's k: the layers of `selected` below its top k recompute
     their activations in backward this step (`recompute_below_top`; none when it trains at most k); the
     gradients are the same, the step keeps less autograd state and runs their forward twice. None: off.
+    `objective`: None trains the language-model loss (a mean over the window's target tokens); a
+    `lcsb_core.dpo.DPOObjective` trains DPO (a mean over the window's preference pairs, each micro-batch
+    [2P] rows in the pair layout; a depth split cuts the window by whole pairs), and its step rewards are
+    in `StepStats.rewards`.
 
     Raises:
         DivergenceError: the loss or the gradient norm is NaN/Inf (the optimizer has not stepped, so
@@ -87,25 +95,30 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
         ValueError: the window has no target token.
     """
     optimizer.zero_grad(set_to_none=True)
-    total_targets = sum(count_targets(b) for b in micro_batches)
-    if total_targets == 0:
+    target_tokens = sum(count_targets(b) for b in micro_batches)
+    if target_tokens == 0:
         raise ValueError(f"step {step + 1}: no target token in the batch (every label is -100)")
+    count = count_targets if objective is None else objective.count
+    total = sum(count(b) for b in micro_batches)  # the loss's denominator: target tokens, or pairs
     passes = [(selected, micro_batches)]
     if deep_fraction is not None and shallow is not None and shallow != selected:
         rows = sum(b["input_ids"].shape[0] for b in micro_batches)
-        deep_part, shallow_part = split_rows(micro_batches, deep_rows(rows, deep_fraction))
+        deep = deep_rows(rows, deep_fraction) if objective is None else 2 * deep_rows(rows // 2, deep_fraction)
+        deep_part, shallow_part = split_rows(micro_batches, deep)
         passes = [(selected, deep_part), (shallow, shallow_part)]
     loss_total = 0.0
+    if objective is not None:
+        objective.reset()
     selective.recompute = frozenset() if recompute_top is None else recompute_below_top(selected, recompute_top)
     try:
         for layers, batches in passes:
             selective.select(layers)
-            loss_total += _forward_backward(model, batches, total_targets, step, loss_chunk_bytes)
+            loss_total += _forward_backward(model, batches, total, step, loss_chunk_bytes, objective)
     finally:
         selective.recompute = frozenset()
     selective.select(selected)
     if len(passes) == 2:
-        _rescale(selective, selected - passes[1][0], total_targets, sum(count_targets(b) for b in passes[0][1]))
+        _rescale(selective, selected - passes[1][0], total, sum(count(b) for b in passes[0][1]))
     trained = [p for i in sorted(selected) for p in selective.params_by_layer[i] if p.grad is not None]
     layer_norms = _layer_grad_norms(selective, selected)
     grad_norm = math.sqrt(sum(v * v for v in layer_norms.values()))
@@ -117,17 +130,21 @@ def run_step(model: torch.nn.Module, selective: SelectiveBackprop, optimizer: to
     prepare_skipped_grads(selective.skipped_parameters(), momentum_for_skipped)
     optimizer.step()
     return StepStats(loss_total, grad_norm, layer_norms, sum(count_tokens(b) for b in micro_batches),
-                     total_targets)
+                     target_tokens, {} if objective is None else objective.totals.metrics())
 
 
-def _forward_backward(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], total_targets: int,
-                      step: int, chunk_bytes: int) -> float:
-    """Forward and backward each batch with its loss sum over `total_targets`; returns the summed loss."""
+def _forward_backward(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], total: int,
+                      step: int, chunk_bytes: int, objective: DPOObjective | None) -> float:
+    """Forward and backward each batch with its loss sum over `total` (target tokens, or pairs for an
+    objective); returns the summed loss."""
     loss_total = 0.0
     for batch in batches:
-        with autocast_for(model):
-            sums = lm_loss_sums(model, batch, chunk_bytes=chunk_bytes)
-        loss = sums.loss_sum / total_targets
+        if objective is None:
+            with autocast_for(model):
+                loss_sum = lm_loss_sums(model, batch, chunk_bytes=chunk_bytes).loss_sum
+        else:
+            loss_sum = objective.loss_sum(model, batch, chunk_bytes)
+        loss = loss_sum / total
         if not torch.isfinite(loss):
             raise DivergenceError(f"loss became {loss.item()} at step {step + 1}; lower the learning rate "
                                   "or check the data")
@@ -138,7 +155,8 @@ def _forward_backward(model: torch.nn.Module, batches: list[dict[str, torch.Tens
 
 def _rescale(selective: SelectiveBackprop, deep_only: frozenset[int], total_targets: int, deep_targets: int) -> None:
     """Turn the deep-only layers' gradients (a sum over the deep rows' targets / `total_targets`) into the
-    mean over the deep rows' targets; with no deep target they have none (left as None)."""
+    mean over the deep rows' targets; with no deep target they have none (left as None). For DPO the
+    counts are pairs."""
     for i in deep_only:
         for p in selective.params_by_layer[i]:
             if p.grad is None:

@@ -22,7 +22,6 @@ import torch
 from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_core.checkpoint import load_checkpoint, save_adapter, save_checkpoint
 from lcsb_core.config import TrainConfig
-from lcsb_core.data.dataset import num_batches
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.init_adapter import initialise_from
@@ -103,6 +102,12 @@ class Trainer:
         self.warmup_steps = cfg.warmup_steps_for(self.total_steps)
         self.peak_lr = cfg.peak_learning_rate
         self.graded = self._graded_evaluator()
+        self.objective = None  # the language-model loss; DPO: lcsb_core.dpo.DPOObjective
+        if cfg.dpo is not None:
+            from lcsb_core.dpo import DPOObjective, reference_for
+
+            self.objective = DPOObjective(cfg.dpo.beta, reference_for(cfg.init_adapter, self.model, self.params),
+                                          chunk_bytes=cfg.loss_chunk_mib * MIB)
         self._ready = True
 
     def _graded_evaluator(self):
@@ -147,15 +152,28 @@ class Trainer:
     def _total_steps(self) -> int:
         """The run's optimizer steps: `run_length.planned_steps`, the count the service checks jobs by."""
         cfg = self.config
-        return planned_steps(len(self.train_dataset.examples), cfg.batch_size, cfg.gradient_accumulation_steps,
+        return planned_steps(self._units(self.train_dataset), cfg.batch_size, cfg.gradient_accumulation_steps,
                              cfg.epochs, cfg.max_steps)
+
+    def _units(self, dataset) -> int:
+        """What a batch counts: examples, or preference pairs (two examples each) for DPO."""
+        from lcsb_core.data.pairs import num_pairs
+
+        return len(dataset.examples) if self.config.dpo is None else num_pairs(dataset)
 
     def _batches(self, dataset, *, epoch: int, shuffle: bool) -> Iterator[dict[str, torch.Tensor]]:
         """Batches of `dataset` on the device, padded/packed as the config says."""
         from lcsb_core.data import iter_batches
+        from lcsb_core.data.pairs import iter_pair_batches
 
         d = self.config.data
         pad_id = self.tokenizer.pad_token_id if self.tokenizer is not None else 0
+        if self.config.dpo is not None:
+            for batch in iter_pair_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
+                                           pad_token_id=pad_id, shuffle=shuffle,
+                                           pad_to_multiple_of=d.pad_to_multiple_of):
+                yield {k: v.to(self.device) for k, v in batch.items()}
+            return
         for batch in iter_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                   pad_token_id=pad_id, shuffle=shuffle, pad_to_multiple_of=d.pad_to_multiple_of,
                                   pack=d.pack, max_seq_len=d.max_seq_len):
@@ -197,7 +215,8 @@ class Trainer:
                              max_grad_norm=cfg.optim.max_grad_norm, deep_fraction=self.schedule.deep_fraction,
                              shallow=self.schedule.shallow_layers(step),
                              loss_chunk_bytes=cfg.loss_chunk_mib * MIB,
-                             recompute_top=self.schedule.k if cfg.lcsb.recompute_deep else None)
+                             recompute_top=self.schedule.k if cfg.lcsb.recompute_deep else None,
+                             objective=self.objective)
             self._record_step(step, selected, stats, lr, time.perf_counter() - t0)
             self.releaser.after_step()
             if base_eval_pending:
@@ -249,7 +268,7 @@ class Trainer:
                             grad_norm=stats.grad_norm, tokens=stats.tokens, target_tokens=stats.target_tokens,
                             tokens_per_s=stats.tokens / seconds, step_time_s=seconds,
                             peak_memory_mib=peak_mib(self.device), selected_layers=sorted(selected),
-                            elapsed_s=time.perf_counter() - self.run.t_start)
+                            elapsed_s=time.perf_counter() - self.run.t_start, rewards=stats.rewards)
         self.run.peak_memory_mib = max(self.run.peak_memory_mib, report.peak_memory_mib)
         self.run.trained_tokens += stats.tokens
         if self.config.log_every and (step + 1) % self.config.log_every == 0 or step + 1 == self.total_steps:
@@ -261,10 +280,11 @@ class Trainer:
         A fresh adapter is the identity (every LoRA B is zero, as `apply_lora` makes it), so the step-0
         model is the base model: returns True to measure it after the first optimizer step with the
         adapter disabled, the same numbers, and training starts sooner by one evaluation pass. An adapter
-        that is not the identity (one passed in) is evaluated now (returns False)."""
+        that is not the identity (one passed in), and a DPO run (whose reference itself switches the adapter
+        off), are evaluated now (returns False)."""
         if start != 0 or self.eval_dataset is None or not self.config.eval_at_start:
             return False
-        if hasattr(self.model, "disable_adapter") and _adapter_is_identity(self.model):
+        if hasattr(self.model, "disable_adapter") and _adapter_is_identity(self.model) and self.objective is None:
             return True
         self.evaluate(0)
         return False
@@ -284,17 +304,25 @@ class Trainer:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`),
         and with an `eval` section the graded scores (`EvalReport.graded`); callbacks get
         `on_eval_progress` after each validation batch and `on_eval` at the end."""
-        total, t0 = num_batches(self.eval_dataset, self.config.batch_size), time.perf_counter()
-        totals = evaluate_batches(self.model, self._batches(self.eval_dataset, epoch=0, shuffle=False),
-                                  on_batch=lambda n: self._emit("on_eval_progress", EvalProgress(
-                                      step, n, total, time.perf_counter() - t0)))
+        total = -(-self._units(self.eval_dataset) // self.config.batch_size)
+        t0 = time.perf_counter()
+        batches = self._batches(self.eval_dataset, epoch=0, shuffle=False)
+        on_batch = lambda n: self._emit("on_eval_progress", EvalProgress(step, n, total, time.perf_counter() - t0))  # noqa: E731
+        rewards: dict[str, float] = {}
+        if self.objective is None:
+            totals = evaluate_batches(self.model, batches, on_batch=on_batch)
+            loss, accuracy, targets = totals.mean_loss, totals.token_accuracy, totals.num_targets
+        else:
+            pairs = self.objective.evaluate(self.model, batches, on_batch=on_batch)
+            loss, accuracy, targets = pairs.mean_loss, pairs.chosen_token_accuracy, pairs.chosen_tokens
+            rewards = pairs.metrics("eval_")
         graded = ({} if self.graded is None else self.graded.evaluate(
             self.model, step, base=getattr(self, "_base_model_eval", False),
             on_token=lambda n, of: self._emit("on_eval_progress", EvalProgress(
                 step, n, of, time.perf_counter() - t0, phase="graded"))))
-        report = EvalReport(step=step, eval_loss=totals.mean_loss, eval_token_accuracy=totals.token_accuracy,
-                            eval_target_tokens=totals.num_targets, elapsed_s=time.perf_counter() - self.run.t_start,
-                            eval_time_s=time.perf_counter() - t0, graded=graded)
+        report = EvalReport(step=step, eval_loss=loss, eval_token_accuracy=accuracy, eval_target_tokens=targets,
+                            elapsed_s=time.perf_counter() - self.run.t_start, eval_time_s=time.perf_counter() - t0,
+                            graded=graded, rewards=rewards)
         self.run.eval_history.append(report)
         self.selection.observe(report, self.params)
         self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
@@ -303,9 +331,9 @@ class Trainer:
 
     def chat_template(self) -> str | None:
         """The chat template the training data was rendered with: the tokenizer's, when the training
-        file is chat data; None for text and prompt/completion data (no template shaped the model)."""
+        file is chat or preference data; None for text and prompt/completion data (no template shaped the model)."""
         report = getattr(self.train_dataset, "report", None)
-        if report is None or report.format != "chat" or self.tokenizer is None:
+        if report is None or report.format not in ("chat", "preference") or self.tokenizer is None:
             return None
         template = getattr(self.tokenizer, "chat_template", None)
         return template if isinstance(template, str) and template else None
@@ -356,6 +384,7 @@ class Trainer:
             "final_checkpoint": str(self.files.checkpoint_dir(steps)),
             "plots": [str(p) for p in plots],
             **self._graded_summary(evals),
+            **self._dpo_summary(evals, after),
         }
         self.files.write_json(self.files.summary, summary)
         self._emit("on_end", summary)
@@ -368,6 +397,15 @@ class Trainer:
             return {}
         return {"graded_before": evals[0].graded if evals[0].step == 0 else None, "graded_after": evals[-1].graded,
                 "eval_samples": str(self.files.eval_samples)}
+
+    def _dpo_summary(self, evals: list[EvalReport], after: EvalReport | None) -> dict:
+        """A DPO run's `dpo`: beta and the validation rewards before (step 0) and after (the delivered
+        adapter's evaluation); {} for a supervised run."""
+        if self.config.dpo is None:
+            return {}
+        return {"dpo": {"beta": self.config.dpo.beta,
+                        "eval_rewards_before": evals[0].rewards if evals and evals[0].step == 0 else None,
+                        "eval_rewards_after": after.rewards if after else None}}
 
     def _model_facts(self) -> dict:
         return {"num_layers": self.selective.num_layers, "k": self.k, "schedule": self.schedule.name,

@@ -143,3 +143,15 @@ def test_recompute_deep_keeps_the_top_k_layers_and_the_others_inputs():
     assert recomputed.transient_mib == plain.transient_mib == 444.0
     top = estimate_for(job("top"), SMOLLM2, device="cpu", compute_dtype="bf16")
     assert top.activations_mib < recomputed.activations_mib < plain.activations_mib
+
+
+def test_dpo_counts_both_answers_of_each_pair():
+    """A DPO micro-batch of B pairs is 2B rows: its estimate is a supervised one of 2B rows, and more than
+    the supervised estimate of B rows."""
+    base = {"data": {"train_file": "x.jsonl"}, "lcsb": {"schedule": "tail"}, "batch_size": 4}
+    dpo = TrainConfig.from_dict({**base, "dpo": {"beta": 0.1}})
+    rows = TrainConfig.from_dict({**base, "batch_size": 8})
+    sft = TrainConfig.from_dict(base)
+    a, b, c = (estimate_for(cfg, SMOLLM2, device="cpu", compute_dtype="bf16") for cfg in (dpo, rows, sft))
+    assert a.to_dict() == b.to_dict()
+    assert a.activations_mib > c.activations_mib

@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from lcsb_core.config import LCSBSettings
+from lcsb_core.config import DPO_DEFAULT_BETA, LCSBSettings
 from lcsb_core.default_schedule import AUTO
 from lcsb_core.schedules import DEFAULT_FRACTION, SCHEDULES, schedule_takes
 
@@ -64,6 +64,7 @@ def jobs(request: Request) -> HTMLResponse:
 @router.get("/jobs/new")
 def new_job(request: Request) -> HTMLResponse:
     return _page(request, "new_job.html", "New job", page="new-job", schedules=(AUTO, *SCHEDULES),
+                 default_beta=f"{DPO_DEFAULT_BETA:g}",
                  default_schedule=LCSBSettings().schedule, default_fraction=f"{DEFAULT_FRACTION:g}",
                  full_every_schedules=[n for n in SCHEDULES if schedule_takes("full_every", n)])
 

@@ -7,7 +7,8 @@
   const jobId = document.body.dataset.jobId;
   const base = "/v1/fine_tuning/jobs/" + encodeURIComponent(jobId);
   const train = [], evalLoss = [], trainT = [], evalT = [];
-  let t0 = null, job = null, charts = null, heat = null, graded = null, samples = null, stream = null, stopped = false;
+  let t0 = null, job = null, charts = null, heat = null, graded = null, rewards = null, samples = null, stream = null,
+    stopped = false;
 
   function notFound() {
     document.getElementById("not-found").hidden = false;
@@ -34,13 +35,20 @@
       `${(100 * d.threshold).toFixed(1)}%), ${d.switched ? d.schedule : "all layers"} from step ${d.from_step}` : "");
   }
 
+  /* "supervised", or "dpo (beta 0.1)": the method type and, for DPO, its resolved beta. */
+  function methodText(m) {
+    const type = m.type || "supervised";
+    const beta = ((m[type] || {}).hyperparameters || {}).beta;
+    return type + (beta === undefined ? "" : ` (beta ${beta})`);
+  }
+
   function renderJob(j) {
     job = j;
     const lcsb = (j.method || {}).lcsb || {};
     setText("job-id", j.id);
     const badge = setText("job-status", j.status);
     badge.className = "badge status-" + j.status;
-    setText("job-summary", `${j.model} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
+    setText("job-summary", `${j.model} · ${methodText(j.method || {})} · schedule ${lcsb.schedule || "?"} (k=${lcsb.layers_per_step ?? "?"}) · ` +
       `worker class ${j.queue} · created ${LCSB.fmtTime(j.created_at)}` + (j.fine_tuned_model ? " · " + j.fine_tuned_model : ""));
     renderAuto(lcsb.auto);
     renderLineage(j);
@@ -99,7 +107,7 @@
     const t = t0 === null ? 0 : e.created_at - t0;
     if (e.type === "metrics" && typeof d.train_loss === "number") { train.push([d.step, d.train_loss]); trainT.push([t, d.train_loss]); }
     if (e.type === "metrics" && typeof d.valid_loss === "number") { evalLoss.push([d.step, d.valid_loss]); evalT.push([d.step === 0 ? 0 : t, d.valid_loss]); }  // step 0: the base model, measured after step 1
-    if (e.type === "metrics") graded.add(d);  // an evaluation's grader/<name> scores
+    if (e.type === "metrics") { graded.add(d); rewards.add(d); }  // grader/<name> scores; a DPO job's rewards/...
     if (Array.isArray(d.selected_layers)) heat.add(d.step, d.selected_layers);
     charts.step.update([train, evalLoss]);
     charts.time.update([trainT, evalT]);
@@ -235,6 +243,8 @@
                time: LCSBCharts.lineChart(document.getElementById("chart-time"), "seconds", ["train loss", "eval loss"]) };
     heat = LCSBCharts.heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-caption"));
     graded = LCSBGraded.scoreChart(document.getElementById("graded-section"), document.getElementById("chart-graded"));
+    rewards = LCSBRewards.rewardCharts(document.getElementById("rewards-section"), document.getElementById("chart-rewards"),
+                                       document.getElementById("chart-reward-accuracy"));
     samples = LCSBGraded.samplesTable(document.getElementById("samples-section"));
     const models = await apiRetrying("/v1/models", undefined, "models");
     const info = models.ok ? models.body.data.find((m) => m.id === r.body.model) : null;

@@ -4,9 +4,11 @@
 (function () {
   const { api, listAll, el } = LCSB;
   const $ = (id) => document.getElementById(id);
+  const dpo = () => $("f-method").value === "dpo";
 
   /* The request body; text fields are sent as typed (numbers when they parse) so the API's own
-     validation speaks, and empty fields are left out (the API's defaults). */
+     validation speaks, and empty fields are left out (the API's defaults). A DPO job's hyperparameters,
+     beta with them, go in method.dpo.hyperparameters (OpenAI's shape); a supervised job's at the top level. */
   function body() {
     const num = (id) => { const v = $(id).value.trim(); return v === "" ? undefined : (isFinite(Number(v)) ? Number(v) : v); };
     const b = { model: $("f-model").value, training_file: $("f-training").value };
@@ -15,7 +17,10 @@
     const lcsb = { schedule: $("f-schedule").value, k: num("f-k"), fraction: num("f-fraction"),
                    full_every: num("f-full-every") };
     const method = { lora: { rank: num("f-rank") }, lcsb: lcsb, eval_every: num("f-eval") };
-    b.hyperparameters = JSON.parse(JSON.stringify(hp));
+    if (dpo()) {
+      method.type = "dpo";
+      method.dpo = { hyperparameters: { ...hp, beta: num("f-beta") } };
+    } else b.hyperparameters = JSON.parse(JSON.stringify(hp));
     b.method = JSON.parse(JSON.stringify(method));
     return b;
   }
@@ -28,7 +33,8 @@
   /* The error next to the field its `param` names (or the closest enclosing one), else at the top. */
   function showError(error) {
     clearErrors();
-    let param = error.param || "";
+    // a DPO job's hyperparameters are the form's hyperparameter fields (beta has its own slot)
+    let param = (error.param || "").replace(/^method\.dpo\.hyperparameters\.(?!beta$)/, "hyperparameters.");
     let slot = null;
     while (param && !(slot = document.querySelector(`#job-form .field-error[data-param="${CSS.escape(param)}"]`))) {
       param = param.includes(".") ? param.slice(0, param.lastIndexOf(".")) : "";
@@ -43,7 +49,8 @@
     $("estimate-text").textContent = `Estimated peak ${m.total_mib.toFixed(0)} MiB (${m.required_mib.toFixed(0)} MiB with ` +
       `headroom): runs on worker class ${est.queue} (cap ${m.memory_cap_mib} MiB, ${m.device}).`;
     const lcsb = est.method.lcsb;
-    const rows = [["worker class", est.queue], ["estimated peak (MiB)", m.total_mib.toFixed(1)],
+    const beta = ((est.method[est.method.type] || {}).hyperparameters || {}).beta;
+    const rows = [["method", est.method.type + (beta === undefined ? "" : ` (beta ${beta})`)], ["worker class", est.queue], ["estimated peak (MiB)", m.total_mib.toFixed(1)],
                   ["memory cap (MiB)", m.memory_cap_mib], ["schedule", lcsb.schedule],
                   ["layers per step", lcsb.layers_per_step],
                   ["exact gradient", String(lcsb.exact_gradient)], ["learning rate", est.hyperparameters.learning_rate],
@@ -66,6 +73,8 @@
       if (r.body && r.body.error) showError(r.body.error);
     }
   }
+
+  $("f-method").addEventListener("change", () => { $("beta-field").hidden = !dpo(); });
 
   let timer = null;
   $("job-form").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(estimate, 400); });

@@ -1,7 +1,7 @@
 """A DPO run's reward metrics (TRL's names: `rewards/chosen`, `rewards/rejected`, `rewards/margins`,
 `rewards/accuracies` in train log rows, `eval_rewards/...` in eval rows) reach the job's metrics events,
-its checkpoints' metrics and its `metrics.csv` / `metrics.jsonl` artifacts unchanged. The trainer's
-reports are stood in for by reports whose `to_dict` (the log row) carries the rewards."""
+its checkpoints' metrics and its `metrics.csv` / `metrics.jsonl` artifacts unchanged, from the trainer's
+reports (`StepReport.rewards`, `EvalReport.rewards`, flattened into the log rows by `to_dict`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import csv
 import io
 import json
 import threading
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -21,24 +20,6 @@ from worker.training.reporter import JobReporter
 
 TRAIN = {"rewards/chosen": 0.12, "rewards/rejected": -0.3, "rewards/margins": 0.42, "rewards/accuracies": 0.75}
 EVAL = {"eval_" + k: v for k, v in TRAIN.items()}
-
-
-@dataclass
-class DPOStep(StepReport):
-    rewards: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        row = super().to_dict()
-        return {**{k: v for k, v in row.items() if k != "rewards"}, **self.rewards}
-
-
-@dataclass
-class DPOEval(EvalReport):
-    rewards: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        row = super().to_dict()
-        return {**{k: v for k, v in row.items() if k != "rewards"}, **self.rewards}
 
 
 @pytest.fixture
@@ -57,9 +38,9 @@ def test_reward_metrics_reach_the_events_and_checkpoints(app, client, alice, dpo
     with app.state.db.session() as s:
         transitions.claim(s, job_id)
     run = JobReporter(app.state.db, app.state.storage, job_id, "ft:x", threading.Event())
-    run.on_step(DPOStep(step=1, total_steps=6, loss=0.69, lr=1e-4, grad_norm=0.5, tokens=512, target_tokens=80,
+    run.on_step(StepReport(step=1, total_steps=6, loss=0.69, lr=1e-4, grad_norm=0.5, tokens=512, target_tokens=80,
                         tokens_per_s=256.0, step_time_s=2.0, peak_memory_mib=800.0, elapsed_s=2.0, rewards=TRAIN))
-    run.on_eval(DPOEval(step=1, eval_loss=0.6, eval_token_accuracy=0.5, eval_target_tokens=90, rewards=EVAL))
+    run.on_eval(EvalReport(step=1, eval_loss=0.6, eval_token_accuracy=0.5, eval_target_tokens=90, rewards=EVAL))
     folder = fake_run(tmp_path) / "checkpoints" / "step-000002"
     run.on_checkpoint(1, str(folder))
     evaluation, step = _metrics_events(client, alice, job_id)[:2]  # newest first

@@ -24,6 +24,12 @@ and the equal-time curve), clip 1.0. Data:
   (a model without a chat template gets "Instruction: ...\nResponse:" -> " <output>" instead).
 - wikitext: `../shared/data/wikitext-2/valid.txt` split at a line boundary: the first 80 % of the lines
   train, the rest is held out; both packed into blocks of `--seq` tokens; held-out perplexity = exp(loss).
+- hh-rlhf (DPO, issue 50): preference pairs of `../shared/data/hh-rlhf-harmless/`: the first
+  `--train-examples` pairs of train.jsonl and `--eval-examples` of validation.jsonl whose two sides fit in
+  `--seq` tokens (the others are left out and counted in the result's `data` entry: the product's
+  `skip_invalid`), DPO with `--beta`; eval loss is the mean DPO loss per pair and every evaluation records
+  the `eval_rewards/*` metrics (`rewards/accuracies`: the share of validation pairs whose implicit reward
+  prefers the chosen answer).
 Wall-clock time is the sum of the optimizer steps' times (evaluation excluded). Each run writes one
 JSON file to `--out` (existing files are skipped, so an interrupted grid resumes) with its commit, machine
 and full configuration (`bench.common.results`), plus its run folder (metrics.jsonl,
@@ -145,11 +151,11 @@ class Recorder(TrainerCallback):
     def on_step(self, report: StepReport) -> None:
         self.train_s += report.step_time_s
         self.steps.append({"step": report.step, "loss": report.loss, "step_time_s": report.step_time_s,
-                           "grad_norm": report.grad_norm, "peak_mib": report.peak_memory_mib})
+                           "grad_norm": report.grad_norm, "peak_mib": report.peak_memory_mib, **report.rewards})
 
     def on_eval(self, report: EvalReport) -> None:
         self.evals.append({"step": report.step, "train_s": self.train_s, "eval_loss": report.eval_loss,
-                           "eval_token_accuracy": report.eval_token_accuracy})
+                           "eval_token_accuracy": report.eval_token_accuracy, **report.rewards})
         if report.step in self.exact_match_steps and self.rows:
             self.evals[-1].update(exact_match(self.model, self.tokenizer, self.rows, batch_size=self.args.gen_batch,
                                               max_new_tokens=self.args.max_new_tokens))
@@ -248,7 +254,21 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
         train, held = build("wikitext_train.txt"), build("wikitext_heldout.txt")
         held.examples = held.examples[: args.eval_examples]  # blocks of equal length: no padding
         return train, held, None
-    raise SystemExit(f"--task: unknown task {task!r} (gsm8k, code-alpaca, wikitext)")
+    if task == "hh-rlhf":
+        folder = DATA / "hh-rlhf-harmless"
+        counts = {}
+        for name, n, out in (("train.jsonl", args.train_examples, "hh_train.jsonl"),
+                             ("validation.jsonl", args.eval_examples, "hh_eval.jsonl")):
+            lines = (folder / name).read_text().splitlines()[:n]
+            write_jsonl(work / out, map(json.loads, lines))
+            counts[name] = len(lines)
+        build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1,  # noqa: E731
+                                        skip_invalid=True)
+        train, evals = build("hh_train.jsonl"), build("hh_eval.jsonl")
+        args.data_counts = {"train_pairs_read": counts["train.jsonl"], "train_pairs": len(train.examples) // 2,
+                            "eval_pairs_read": counts["validation.jsonl"], "eval_pairs": len(evals.examples) // 2}
+        return train, evals, None
+    raise SystemExit(f"--task: unknown task {task!r} (gsm8k, code-alpaca, wikitext, hh-rlhf)")
 
 
 @torch.no_grad()
@@ -298,6 +318,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
         "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
         "batch_size": spec.batch, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
         "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),
+        "dpo": {"beta": args.beta} if spec.task == "hh-rlhf" else None,
     })
     model, tokenizer, device = load_components(cfg)
     if spec.repacking:
@@ -324,7 +345,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
               "compute_dtype": str(compute_dtype(torch.device("cpu"))).removeprefix("torch."),
               "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "layer_grad_norms": layer_grad_norms(Path(summary["run_dir"])),
-              "schedule_decision": trainer.schedule.decision()}
+              "schedule_decision": trainer.schedule.decision(), "data": getattr(args, "data_counts", None)}
     return result
 
 
@@ -374,7 +395,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     as sets."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)  # a grid file must spell each option out
-    ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "code-alpaca", "wikitext"])
+    ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "code-alpaca", "wikitext", "hh-rlhf"])
+    ap.add_argument("--beta", type=float, default=0.1, help="DPO's beta (task hh-rlhf)")
     ap.add_argument("--schedules", default="full,freeze,cyclic,random",
                     help="comma-separated tokens name[/full_every][%%deep_fraction][@fraction][+freq|+sqrt], "
                          "e.g. topfull/2,cyclic@0.5,split%%0.5,topfull/4+freq")

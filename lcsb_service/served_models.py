@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION
+from lcsb_core.data.formats import CHAT_TEMPLATE_FORMATS, PROMPT_COMPLETION
 from lcsb_service.catalog import ModelInfo, find_model, list_models, model_object
 from lcsb_service.errors import Conflict, InvalidRequest, NotFound
 from lcsb_service.ids import unix, utcnow
@@ -40,8 +40,8 @@ class ServedModel:
     """What serves `model_id`: the base folder `base` (a catalog `ModelInfo`) and, for a fine-tuned
     model or checkpoint, the storage key of its adapter archive (`adapter_key`, a .tar.gz holding one
     PEFT folder), its job (`job_id`, `step`: None for the job's final adapter) and the format of the data
-    the job trained on (`data_format`: `chat`, `prompt_completion`, `text`; None for a base, or a job
-    that recorded none)."""
+    the job trained on (`data_format`: `chat`, `preference` (rendered as chat too), `prompt_completion`,
+    `text`; None for a base, or a job that recorded none)."""
 
     model_id: str
     base: ModelInfo
@@ -56,7 +56,7 @@ class ServedModel:
         if not self.base.has_chat_template:
             return (f"model {self.model_id!r} has no chat template (its base {self.base.name} has none); "
                     "use POST /v1/completions with a prompt")
-        if self.data_format is not None and self.data_format != CHAT:
+        if self.data_format is not None and self.data_format not in CHAT_TEMPLATE_FORMATS:
             data = "prompt/completion" if self.data_format == PROMPT_COMPLETION else self.data_format
             return (f"model {self.model_id!r} has no chat template: job {self.job_id} trained it on {data} data, "
                     "on the raw prompt without a chat template; use POST /v1/completions with a prompt as it "

@@ -57,6 +57,7 @@ PREFERENCE = "preference"  # OpenAI's preference (DPO) file: input.messages, pre
 FORMATS = (CHAT, PROMPT_COMPLETION, TEXT)
 SUPERVISED_FORMATS = FORMATS
 PREFERENCE_FORMATS = (PREFERENCE,)
+CHAT_TEMPLATE_FORMATS = (CHAT, PREFERENCE)  # rendered with the chat template (preference: `preference_sides`)
 ROLES = ("system", "user", "assistant")
 FORMAT_KEYS = {CHAT: ("messages",), PROMPT_COMPLETION: ("prompt", "completion"), TEXT: ("text",),
                PREFERENCE: ("input", "preferred_output", "non_preferred_output")}

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lcsb_core.data.formats import CHAT_TEMPLATE_FORMATS
 from lcsb_core.errors import ExportError
 from lcsb_core.export.adapter import ADAPTER_WEIGHTS, read_adapter
 from lcsb_core.export.base import BaseGGUF
@@ -76,7 +77,7 @@ def readme_text(manifest: dict) -> str:
                      for f in manifest["files"])
     fmts = {f["format"] for f in manifest["files"]}
     merged = next((FILE_NAMES[f] for f in MERGED_FORMATS if f in fmts), None)
-    chat = manifest.get("data_format", "chat") == "chat"
+    chat = manifest.get("data_format", "chat") in CHAT_TEMPLATE_FORMATS
     run = "-cnv" if chat else '-no-cnv -p "<a prompt as the job trained on>"'  # raw-prompt models: no chat
     lines = [
         f"# Export of {manifest.get('job_id') or 'a local run'}"

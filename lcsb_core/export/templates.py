@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from lcsb_core.data.formats import CHAT_TEMPLATE_FORMATS
 from lcsb_core.errors import ExportError
 
 PLAIN_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -42,14 +43,14 @@ def training_template(model_dir: Path | None, data_format: str, *, gguf_template
     saved beside the adapter (`adapter_dir/chat_template.jinja`, `lcsb_core.checkpoint.CHAT_TEMPLATE_FILE`),
     else the base tokenizer's (`chat_template.jinja` or `tokenizer_config.json` in the imported model
     folder `model_dir`, else `gguf_template`: adapters trained before the trainer saved it); for
-    `prompt_completion` and `text`, `PLAIN_TEMPLATE`.
+    `prompt_completion` and `text`, `PLAIN_TEMPLATE`. `preference` (DPO) data is rendered as chat: as `chat`.
 
     Raises:
         ExportError: a chat job whose base has no chat template, or an unknown format.
     """
     if data_format in ("prompt_completion", "text"):
         return PLAIN_TEMPLATE
-    if data_format != "chat":
+    if data_format not in CHAT_TEMPLATE_FORMATS:
         raise ExportError(f"unknown training data format {data_format!r}", field=None)
     saved = Path(adapter_dir) / "chat_template.jinja" if adapter_dir is not None else None
     if saved is not None and saved.is_file():

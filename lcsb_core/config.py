@@ -352,8 +352,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # "auto": the rule's schedule for this job (issue 47); the run's length where max_steps alone sets it
         self.lcsb.resolve(self.model.name_or_path, self.max_steps if self.epochs is None else None)
-        if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30)
-            self.optim.learning_rate = default_learning_rate(self.lcsb.schedule)
+        if self.optim.learning_rate is None:  # the measured rule for this schedule (issue 30), or DPO's (issue 50)
+            self.optim.learning_rate = default_learning_rate(self.lcsb.schedule, dpo=self.dpo is not None)
         _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size!r}")
         _check(self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", "must be >= 1")
         _check(self.max_steps is None or self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps!r}")
@@ -435,7 +435,7 @@ class TrainConfig:
     def peak_learning_rate(self) -> float:
         """`optim.learning_rate` as resolved (`__post_init__` fills in the rule's value for the schedule)."""
         return self.optim.learning_rate if self.optim.learning_rate is not None \
-            else default_learning_rate(self.lcsb.schedule)
+            else default_learning_rate(self.lcsb.schedule, dpo=self.dpo is not None)
 
     def warmup_steps_for(self, total_steps: int) -> int:
         """The run's linear-warmup steps: `optim.warmup_steps`, or when it is None

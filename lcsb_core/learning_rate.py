@@ -35,19 +35,28 @@ MEASURED_BEST: dict[str, float] = {
 probe-then-switch schedule (`lcsb_core.schedules.SwitchSchedule`) runs full backprop, then `tail` or full
 backprop again: both measured best at 8e-4."""
 
+DPO_LEARNING_RATE: float = 5e-5
+"""The peak learning rate of a DPO run (`TrainConfig.dpo`) that names none, whatever its schedule: the rate
+the DPO learning-rate check chose by its stated rule (bench/grids/dpo_hh.yaml: 16 steps of full backprop on
+hh-rlhf-harmless pairs at 5e-5, 2e-4 and 8e-4, the lowest mean training DPO loss over steps 9-16; BENCHMARKS.md,
+"DPO"). Measured means 0.699 (5e-5), 0.719 (2e-4), 0.84 (8e-4): no rate lowered the loss on new pairs below
+log 2 within 16 steps, and the higher ones raised it, so the check rules out the supervised rule's 8e-4
+for DPO more than it finds a best rate. Only full backprop was checked; the schedules take the same rate."""
+
 AUTO_WARMUP_MAX = 5
 """Warmup steps of the grid behind `MEASURED_BEST`; `auto_warmup_steps` never exceeds it."""
 
 
-def default_learning_rate(schedule: str) -> float:
+def default_learning_rate(schedule: str, *, dpo: bool = False) -> float:
     """The peak learning rate (AdamW's lr, per optimizer step) a run of `schedule` gets when it names
-    none, from `MEASURED_BEST`.
+    none, from `MEASURED_BEST`; a DPO run (`dpo`) gets `DPO_LEARNING_RATE`.
 
     Raises:
         ConfigError: `schedule` is not a known schedule name, naming `lcsb.schedule`.
     """
     try:
-        return MEASURED_BEST[schedule]
+        best = MEASURED_BEST[schedule]
+        return DPO_LEARNING_RATE if dpo else best
     except KeyError:
         raise ConfigError("lcsb.schedule", f"has no default learning rate: unknown schedule {schedule!r}") from None
 

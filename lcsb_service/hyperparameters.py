@@ -88,21 +88,22 @@ def auto_epochs(train_examples: int | None, settings: Settings) -> int:
     return AUTO_TARGET_EPOCHS
 
 
-def base_learning_rate(settings: Settings, schedule: str) -> float:
+def base_learning_rate(settings: Settings, schedule: str, *, dpo: bool = False) -> float:
     """The learning rate a job of `schedule` gets at multiplier 1 ("auto"): `Settings.base_learning_rate`
-    when set, else `lcsb_core.learning_rate.default_learning_rate(schedule)`.
+    when set, else `lcsb_core.learning_rate.default_learning_rate(schedule, dpo=dpo)` (a DPO job: the DPO
+    rate).
 
     Raises:
         ConfigError: an unknown schedule (no default), naming `lcsb.schedule`.
     """
-    return settings.base_learning_rate or default_learning_rate(schedule)
+    return settings.base_learning_rate or default_learning_rate(schedule, dpo=dpo)
 
 
 def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *, schedule: str,
-                            train_examples: int | None = None) -> dict[str, Any]:
+                            train_examples: int | None = None, dpo: bool = False) -> dict[str, Any]:
     """Replace OpenAI's "auto" (or missing) `n_epochs` (`auto_epochs` of `train_examples`), `batch_size`
     and `learning_rate_multiplier` by the service defaults, the learning rate by the multiplier times
-    `base_learning_rate(settings, schedule)`; the other optimizer settings are passed on only when given
+    `base_learning_rate(settings, schedule, dpo=dpo)`; the other optimizer settings are passed on only when given
     (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved config).
 
     Raises:
@@ -113,7 +114,7 @@ def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *, schedule:
     if lr is not None and mult != "auto":
         raise InvalidRequest("give learning_rate or learning_rate_multiplier, not both",
                              param="hyperparameters.learning_rate")
-    base = base_learning_rate(settings, schedule)
+    base = base_learning_rate(settings, schedule, dpo=dpo)
     if lr is None:
         mult = 1.0 if mult == "auto" else float(mult)
         lr = base * mult

@@ -133,7 +133,8 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
                              "non_preferred_output) against the input; leave train_on_inputs out or false",
                              param="method.train_on_inputs")
     try:
-        hp = resolve_hyperparameters(given_hp, settings, schedule=schedule_name, train_examples=train_examples)
+        hp = resolve_hyperparameters(given_hp, settings, schedule=schedule_name, train_examples=train_examples,
+                                     dpo=dpo)
     except ConfigError as exc:
         raise _request_error(exc) from exc
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)

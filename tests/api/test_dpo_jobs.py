@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lcsb_core.config import DPO_DEFAULT_BETA
+from lcsb_core.learning_rate import DPO_LEARNING_RATE
 from lcsb_service.jobspec import train_config_for
 from lcsb_service.models import Job
 from tests.api.helpers import (
@@ -45,7 +46,7 @@ def test_a_dpo_job_shows_its_method_and_trains_with_beta(app, client, alice, pai
     assert method["type"] == "dpo" and "supervised" not in method
     hp = method["dpo"]["hyperparameters"]
     assert (hp["beta"], hp["n_epochs"], hp["batch_size"]) == (0.2, 1, 2)
-    assert hp["learning_rate_multiplier"] == 1.0 and hp["learning_rate"] > 0
+    assert hp["learning_rate_multiplier"] == 1.0 and hp["learning_rate"] == DPO_LEARNING_RATE  # DPO's own rate
     assert method["lora"]["rank"] == 8 and method["lcsb"]["layers_per_step"] == 4  # LCSB and LoRA apply to DPO
     assert job["progress"]["total_steps"] == 6
     fetched = client.get(f"/v1/fine_tuning/jobs/{job['id']}", headers=alice.headers).json()

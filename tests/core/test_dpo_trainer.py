@@ -12,6 +12,7 @@ from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
 from lcsb_core.dpo import REWARD_KEYS, FrozenAdapterReference
 from lcsb_core.errors import ConfigError, TrainingCancelled
+from lcsb_core.learning_rate import DPO_LEARNING_RATE, default_learning_rate
 from lcsb_core.lora import apply_lora
 from lcsb_core.trainer import Trainer
 from tests.core.tiny import VOCAB, tiny_base
@@ -108,3 +109,10 @@ def test_dpo_refuses_packing_and_train_on_inputs(tmp_path):
         config(tmp_path, data={"train_file": "pairs", "pack": True})
     with pytest.raises(ConfigError, match="data.train_on_inputs"):
         config(tmp_path, data={"train_file": "pairs", "train_on_inputs": True})
+
+
+def test_a_dpo_run_that_names_no_rate_gets_dpos():
+    cfg = TrainConfig.from_dict({"data": {"train_file": "pairs"}, "dpo": {}, "lcsb": {"schedule": "tail"}})
+    sft = TrainConfig.from_dict({"data": {"train_file": "pairs"}, "lcsb": {"schedule": "tail"}})
+    assert cfg.optim.learning_rate == cfg.peak_learning_rate == DPO_LEARNING_RATE
+    assert sft.optim.learning_rate == default_learning_rate("tail") != DPO_LEARNING_RATE

@@ -110,7 +110,10 @@ BLOCKS: dict[tuple[str, int], Plan] = {
                 "the job the second line created trains for minutes; the fixture's finished job's stream ends")),
         expect=('"object":"file"', '"object":"fine_tuning.job"', "event: done")),
     ("docs/service.md", 2): Plan("import os"),
-    ("docs/service.md", 3): Plan(
+    ("docs/service.md", 3): Plan("f = client.files.create(file=open(\"pairs.jsonl\"", skip=(
+        "a fragment that goes on from block 2's `client` with the reader's own preference file; the same calls "
+        "run through the official client on hh-rlhf pairs in tests/api/test_openai_client.py::test_dpo_jobs")),
+    ("docs/service.md", 4): Plan(
         "export LCSB_BASE_URL=http://127.0.0.1:8765/v1", subs=(
             PORT,
             Sub("examples/final_answer_job.yaml", "tiny_job.yaml",
@@ -123,9 +126,9 @@ BLOCKS: dict[tuple[str, int], Plan] = {
             JOB),
         expect=("{job}", "cancelled"),
         makes=("follow.log", "out/adapter/adapter_config.json", "out/selection_history.jsonl")),
-    ("docs/service.md", 4): Plan("LCSB_SECRET_KEY=$(openssl rand -hex 32) docker compose up -d", skip=(
+    ("docs/service.md", 5): Plan("LCSB_SECRET_KEY=$(openssl rand -hex 32) docker compose up -d", skip=(
         "needs Docker and the compose deployment (PostgreSQL, Redis, images), and an NVIDIA GPU for its gpu profile")),
-    ("docs/service.md", 5): Plan("LCSB_WORKER_CLASSES=", skip=(
+    ("docs/service.md", 6): Plan("LCSB_WORKER_CLASSES=", skip=(
         "a deployment's worker setting (a variable workers read at start), not a command to the service")),
     ("docs/training.md", 0): Plan("lcsb import-gguf gemma-3-270m", skip=(
         "the trainer core's local commands, not the service: `lcsb train` runs the 100-step GSM8K job in this "

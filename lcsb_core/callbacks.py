@@ -33,7 +33,8 @@ class StepReport:
     def to_dict(self) -> dict:
         """Plain metrics: the fields, with each DPO reward metric as its own `rewards/<name>` key."""
         out = asdict(self)
-        return {**out, **out.pop("rewards")}
+        rewards = out.pop("rewards")
+        return {**out, **rewards}
 
 
 @dataclass

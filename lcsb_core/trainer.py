@@ -415,8 +415,8 @@ class Trainer:
                 "torch_threads": torch.get_num_threads(),
                 "c_allocator": c_allocator() if self.device.type == "cpu" else None,
                 "lora_parameters": sum(p.numel() for p in self.params),
-                "train_examples": len(self.train_dataset.examples),
-                "eval_examples": len(self.eval_dataset.examples) if self.eval_dataset is not None else 0,
+                "train_examples": self._units(self.train_dataset),  # DPO: pairs
+                "eval_examples": self._units(self.eval_dataset) if self.eval_dataset is not None else 0,
                 "total_steps": self.total_steps, "learning_rate": self.peak_lr,
                 "warmup_steps": self.warmup_steps, "lr_schedule": self.config.optim.lr_schedule}
 

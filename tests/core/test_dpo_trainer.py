@@ -55,7 +55,8 @@ def test_dpo_run_learns_the_preference_and_reports_rewards(tmp_path):
     summary = t.train()
     assert t.total_steps == 24  # 32 pairs / 4 per step = 8 steps an epoch; max_steps 24
     train, evals = rows(t, "train"), rows(t, "eval")
-    assert all(set(REWARD_KEYS) <= set(r) for r in train)
+    assert all(set(REWARD_KEYS) <= set(r) and "rewards" not in r for r in train)  # flat: one column each
+    assert "rewards" not in t.files.metrics_csv.read_text().splitlines()[0].split(",")
     assert train[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)  # a fresh adapter: policy = reference
     assert [e["step"] for e in evals] == [0, 12, 24]
     first, last = evals[0], evals[-1]

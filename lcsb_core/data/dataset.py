@@ -125,6 +125,15 @@ def num_batches(dataset: TokenizedDataset, batch_size: int) -> int:
     return batches_per_epoch(len(dataset.examples), batch_size)
 
 
+def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The order of `n` items in one epoch: a permutation from numpy's PCG64 seeded with [seed, epoch]
+    (the same for a resumed run), or 0..n-1 when not `shuffle`. Examples (`iter_batches`) and preference
+    pairs (`lcsb_core.data.pairs`) are ordered by it."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).permutation(n)
+
+
 def iter_batches(
     dataset: TokenizedDataset,
     batch_size: int,
@@ -149,11 +158,7 @@ def iter_batches(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     n = len(dataset.examples)
-    if shuffle:
-        rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
-        order = rng.permutation(n)
-    else:
-        order = np.arange(n)
+    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
     for start in range(0, n, batch_size):
         batch = [dataset.examples[int(i)] for i in order[start:start + batch_size]]
         yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype,

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from lcsb_core.data.batching import collate
+from lcsb_core.data.dataset import epoch_order
 
 
 def num_pairs(dataset: Any) -> int:
@@ -38,11 +38,7 @@ def iter_pair_batches(dataset: Any, batch_size: int, *, seed: int, epoch: int, p
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     n = num_pairs(dataset)
-    if shuffle:
-        rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF])
-        order = rng.permutation(n)
-    else:
-        order = np.arange(n)
+    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
     for start in range(0, n, batch_size):
         rows = [dataset.examples[2 * int(i) + side] for i in order[start:start + batch_size] for side in (0, 1)]
         yield collate(rows, pad_token_id, pad_to_multiple_of=pad_to_multiple_of)

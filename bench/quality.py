@@ -30,6 +30,11 @@ and the equal-time curve), clip 1.0. Data:
   `skip_invalid`), DPO with `--beta`; eval loss is the mean DPO loss per pair and every evaluation records
   the `eval_rewards/*` metrics (`rewards/accuracies`: the share of validation pairs whose implicit reward
   prefers the chosen answer).
+- hh-sft (issue 47's fourth dataset): the same hh-rlhf-harmless pairs' preferred answers as chat for supervised
+  fine-tuning (the SFT step of the SFT-then-DPO recipe): the first `--train-examples` lines of train.jsonl
+  and `--eval-examples` of validation.jsonl as `input.messages` + `preferred_output`, the input's own
+  assistant turns at weight 0 (loss on the preferred answer only, as Code Alpaca's and GSM8K's); lines
+  longer than `--seq` tokens are left out and counted in the result's `data` entry (`skip_invalid`).
 Wall-clock time is the sum of the optimizer steps' times (evaluation excluded). Each run writes one
 JSON file to `--out` (existing files are skipped, so an interrupted grid resumes) with its commit, machine
 and full configuration (`bench.common.results`), plus its run folder (metrics.jsonl,
@@ -215,6 +220,13 @@ def code_alpaca_rows_for(tokenizer):
                       "completion": " " + r["output"]}
 
 
+def hh_preferred_to_chat(pair: dict) -> dict:
+    """An hh-rlhf-harmless preference line -> a chat line of its preferred answer: the input's messages (its
+    assistant turns at weight 0) and the preferred output, the one message trained on."""
+    turns = [{**m, "weight": 0} if m["role"] == "assistant" else m for m in pair["input"]["messages"]]
+    return {"messages": turns + list(pair["preferred_output"])}
+
+
 def prepare_task(task: str, tokenizer, args) -> tuple:
     """(train TokenizedDataset, eval TokenizedDataset, eval rows for exact match or None)."""
     work = Path(args.out) / "data"
@@ -268,7 +280,22 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
         args.data_counts = {"train_pairs_read": counts["train.jsonl"], "train_pairs": len(train.examples) // 2,
                             "eval_pairs_read": counts["validation.jsonl"], "eval_pairs": len(evals.examples) // 2}
         return train, evals, None
-    raise SystemExit(f"--task: unknown task {task!r} (gsm8k, code-alpaca, wikitext, hh-rlhf)")
+    if task == "hh-sft":
+        folder = DATA / "hh-rlhf-harmless"
+        counts = {}
+        for name, n, out in (("train.jsonl", args.train_examples, "hh_sft_train.jsonl"),
+                             ("validation.jsonl", args.eval_examples, "hh_sft_eval.jsonl")):
+            lines = (folder / name).read_text().splitlines()[:n]
+            write_jsonl(work / out, map(hh_preferred_to_chat, map(json.loads, lines)))
+            counts[name] = len(lines)
+        build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1,  # noqa: E731
+                                        skip_invalid=True)
+        train, evals = build("hh_sft_train.jsonl"), build("hh_sft_eval.jsonl")
+        evals.examples.sort(key=lambda e: len(e.input_ids))
+        args.data_counts = {"train_lines_read": counts["train.jsonl"], "train_examples": len(train.examples),
+                            "eval_lines_read": counts["validation.jsonl"], "eval_examples": len(evals.examples)}
+        return train, evals, None
+    raise SystemExit(f"--task: unknown task {task!r} (gsm8k, code-alpaca, wikitext, hh-rlhf, hh-sft)")
 
 
 @torch.no_grad()
@@ -395,7 +422,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     as sets."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)  # a grid file must spell each option out
-    ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "code-alpaca", "wikitext", "hh-rlhf"])
+    ap.add_argument("--task", default="gsm8k", choices=["gsm8k", "code-alpaca", "wikitext", "hh-rlhf", "hh-sft"])
     ap.add_argument("--beta", type=float, default=0.1, help="DPO's beta (task hh-rlhf)")
     ap.add_argument("--schedules", default="full,freeze,cyclic,random",
                     help="comma-separated tokens name[/full_every][%%deep_fraction][@fraction][+freq|+sqrt], "

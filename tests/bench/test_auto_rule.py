@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.auto_rule import fit_threshold, gain_kept, probe_share, time_to_keep
+from bench.auto_rule import fit_threshold, fit_threshold_bounded, gain_kept, probe_share, time_to_keep
 
 
 def test_the_fit_puts_the_threshold_between_the_two_kinds_or_above_what_switched():
@@ -16,6 +16,19 @@ def test_the_fit_puts_the_threshold_between_the_two_kinds_or_above_what_switched
     assert fit_threshold(shares, {"a": 0.90, "b": 0.90}) == 0.0  # none held: never switch
     # one that failed below one that held: no threshold separates them; above the highest that held
     assert fit_threshold({"a": 0.88, "b": 0.92}, {"a": 0.93, "b": 0.97}) == pytest.approx(0.94)
+
+
+def test_the_second_rule_switches_only_below_every_share_that_failed():
+    shares = {"a": 0.70, "b": 0.90}
+    assert fit_threshold_bounded(shares, {"a": 0.97, "b": 0.90}) == pytest.approx(0.80)  # midway, as the first
+    assert fit_threshold_bounded(shares, {"a": 0.97, "b": 0.96}) == pytest.approx(0.72)  # none failed: lowest held
+    assert fit_threshold_bounded(shares, {"a": 0.90, "b": 0.90}) == 0.0  # none held: never switch
+    # one that failed below one that held (Code Alpaca under GSM8K): below the one that failed
+    assert fit_threshold_bounded({"a": 0.88, "b": 0.92}, {"a": 0.93, "b": 0.97}) == pytest.approx(0.86)
+    # the three datasets' seed 0-1 means (BENCHMARKS.md): midway between WikiText-2 and Code Alpaca
+    three = {"code_alpaca": 0.8765, "gsm8k": 0.919, "wikitext": 0.739}
+    assert fit_threshold_bounded(three, {"code_alpaca": 0.936, "gsm8k": 0.973, "wikitext": 0.968}) == pytest.approx(
+        (0.739 + 0.8765) / 2)
 
 
 def run(label: str, losses: list[float], norms=None, steps: int = 100) -> dict:

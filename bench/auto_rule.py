@@ -68,9 +68,20 @@ def probe_share(run: dict, probe_steps: int = PROBE_STEPS) -> float | None:
 
 
 def gain_kept(run: dict, full: dict, steps: int) -> float:
-    """(base - the run's eval loss at `steps`) / (base - full backprop's), base = full's step-0 loss."""
-    base = eval_of(full, 0)["eval_loss"]
-    return (base - eval_of(run, steps)["eval_loss"]) / (base - eval_of(full, steps)["eval_loss"])
+    """(the run's step-0 loss - its eval loss at `steps`) / (full's step-0 loss - full's at `steps`). Each
+    run's gain is measured from its own step-0 loss, so a run on the other compute path (fp32 on an AVX2-only
+    CPU, bf16 autocast on AVX512-BF16: the same base model's step-0 loss differs by about 1e-3) is compared
+    by its gain, not by an offset it carries from its first evaluation."""
+    return ((eval_of(run, 0)["eval_loss"] - eval_of(run, steps)["eval_loss"])
+            / (eval_of(full, 0)["eval_loss"] - eval_of(full, steps)["eval_loss"]))
+
+
+def seed_and_path(run: dict) -> str:
+    """"0 bf16": the run's seed and its compute path (bf16 autocast or fp32, by the CPU it ran on)."""
+    return f"{run['spec']['seed']} {PATHS.get(run.get('compute_dtype'), run.get('compute_dtype') or '?')}"
+
+
+PATHS = {"bfloat16": "bf16", "float32": "fp32"}
 
 
 def seconds_curve(run: dict, step_s: dict[str, float]) -> list[tuple[float, float]]:
@@ -86,10 +97,11 @@ def seconds_curve(run: dict, step_s: dict[str, float]) -> list[tuple[float, floa
 
 
 def time_to_keep(run: dict, full: dict, steps: int, step_s: dict[str, float]) -> float | None:
-    """Seconds the run needs to reach `KEEP` of full backprop's gain at `steps`, as a fraction of full's
-    seconds for `steps` (linear between evaluations); None if it never does within its run."""
-    base = eval_of(full, 0)["eval_loss"]
-    target = base - KEEP * (base - eval_of(full, steps)["eval_loss"])
+    """Seconds the run needs to reach `KEEP` of full backprop's gain at `steps` (from its own step-0 loss, as
+    `gain_kept`), as a fraction of full's seconds for `steps` (linear between evaluations); None if it never
+    does within its run."""
+    full_base = eval_of(full, 0)["eval_loss"]
+    target = eval_of(run, 0)["eval_loss"] - KEEP * (full_base - eval_of(full, steps)["eval_loss"])  # its own base
     curve = seconds_curve(run, step_s)
     for (t0, y0), (t1, y1) in zip(curve, curve[1:], strict=False):
         if y1 <= target:
@@ -148,8 +160,8 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None)
         lines.append(f"\n{folder.name}: lower-layer share of the first {PROBE_STEPS} steps "
                      + ", ".join(f"seed {s}: {v:.3f}" for s, v in sorted(seed_shares.items()))
                      + f"; mean {shares[folder.name]:.3f}\n")
-        lines.append(f"| schedule | seeds | share of full's gain @{steps} | time to {KEEP:.0%} of full's gain "
-                     "(x full's time) | step time (x full's) |")
+        lines.append(f"| schedule | seeds (compute path) | share of full's gain @{steps} | time to {KEEP:.0%} of "
+                     "full's gain (x full's time) | step time (x full's) |")
         lines.append("|---|---|---|---|---|")
         by_label: dict[str, list[dict]] = defaultdict(list)
         for r in runs:
@@ -163,7 +175,7 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None)
             reach = [time_to_keep(r, fulls[r["spec"]["seed"]], steps, step_s) for r in group]
             if label == SWITCH_TO:
                 keeps[folder.name] = statistics.fmean(kept)
-            lines.append(f"| {label} | {', '.join(str(r['spec']['seed']) for r in group)} | "
+            lines.append(f"| {label} | {', '.join(seed_and_path(r) for r in group)} | "
                          f"{', '.join(f'{k:.1%}' for k in kept)} (mean {statistics.fmean(kept):.1%}) | "
                          f"{', '.join('not reached' if t is None else f'{t:.2f}' for t in reach)} | "
                          f"{per_step(group):.2f} |")

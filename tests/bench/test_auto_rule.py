@@ -53,3 +53,7 @@ def test_gain_kept_and_time_to_95_percent_of_full_backprops_gain():
     assert time_to_keep(full, full, 100, step_s) == pytest.approx(0.75)
     assert time_to_keep(tail, full, 100, step_s) == pytest.approx((75 + 25 * 0.05 / 0.06) * 0.75 / 100)
     assert time_to_keep(run("tail", [2.0, 1.8, 1.6, 1.5, 1.4]), full, 100, step_s) is None
+    # a run on the other compute path starts 0.002 higher: its gain counts from its own step-0 loss
+    shifted = run("tail", [2.002, 1.602, 1.302, 1.102, 1.042])
+    assert gain_kept(shifted, full, 100) == pytest.approx(0.96)
+    assert time_to_keep(shifted, full, 100, step_s) == pytest.approx(time_to_keep(tail, full, 100, step_s))

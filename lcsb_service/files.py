@@ -87,8 +87,9 @@ def store_upload(session: Session, storage: Storage, settings: Settings, *, owne
             report = validate_file(local, limits=limits, file_type=kind)
         if report.ok and kind == "jsonl" and report.valid_examples < settings.min_examples:
             n = report.valid_examples
-            report.warnings.append(f"{n} valid example{'' if n == 1 else 's'}: a fine-tuning job needs at least "
-                                   f"{settings.min_examples}; add examples before creating a job from this file")
+            report.warnings.append(f"{n} valid example{'' if n == 1 else 's'}: a fine-tuning job's training_file "
+                                   f"needs at least {settings.min_examples} (a validation_file any number); add "
+                                   "examples before training on this file")
         storage.rename(partial, key)
     except BaseException:
         storage.delete(partial)

@@ -52,8 +52,9 @@ def test_a_valid_file_of_three_examples_uploads_and_a_job_from_it_is_refused(cli
     (Settings.min_examples, OpenAI's minimum) are checked when a job is created from the file, as OpenAI does."""
     f = upload_ok(client, alice, (CASES / name).read_bytes(), filename=name)
     assert f["status"] == "processed" and f["validation"]["valid_examples"] == 3, f
-    assert f["validation"]["warnings"] == ["3 valid examples: a fine-tuning job needs at least 10; add examples "
-                                           "before creating a job from this file"]
+    assert f["validation"]["warnings"] == ["3 valid examples: a fine-tuning job's training_file needs at "
+                                           "least 10 (a validation_file any number); add examples before training "
+                                           "on this file"]
     err = assert_error(create_job(client, alice, f["id"]), 400, "invalid_file", "training_file")
     assert err["message"] == f"training_file: {f['id']} has 3 valid examples; a fine-tuning job needs at least 10"
     assert create_job(client, alice, upload_ok(client, alice, chat_lines(10))["id"]).status_code == 200

@@ -47,7 +47,7 @@ def test_rejected_upload_exits_2_with_the_reasons(lcsb, tmp_path):
     assert "Traceback" not in r.output
     few = write_dataset(tmp_path / "few.jsonl", n=3)   # valid lines: uploaded, with a warning; a job is refused
     r = lcsb("files", "upload", few)
-    assert r.exit_code == 0 and "a fine-tuning job needs at least 10" in r.stdout, r.output
+    assert r.exit_code == 0 and "training_file needs at least 10" in r.stdout, r.output
 
 
 def test_submit_from_yaml_uploads_local_files(lcsb, tmp_path):

@@ -3,7 +3,7 @@
 # one CPU worker in the background (SQLite database, server-less filesystem broker, local artifact
 # folder, all under runs/service/), submit a real fine-tuning job over REST (SmolLM2-135M-Instruct in
 # 4-bit NF4, the default schedule auto: every layer for 4 probe steps, then tail (the top quarter, half,
-# ... of the layers in turn) if the probe allows; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
+# ... of the layers in turn) if the probe allows, else every layer; 400 GSM8K training examples, 64 held-out GSM8K test examples), follow its events, download
 # the adapter and the selection history, print the result beside full backprop's recorded reference,
 # then ask the fine-tuned model and its base one held-out GSM8K question (`lcsb chat`, an inference worker).
 # Everything it starts is stopped on exit; each run starts from an empty runs/service/.

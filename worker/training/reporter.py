@@ -15,7 +15,7 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    trainer's train log row has them (`StepReport.to_dict`), and its message the margin and
                    accuracy ("..., reward margin=0.42, reward accuracy=0.75")
     on_schedule_decision  "auto: the lower 22 layers carried 31.2% of the gradient over the first 4 steps
-                   (threshold 93.9%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
+                   (threshold 80.8%): switching to tail from step 5" (once, with `lcsb.schedule` auto's
                    probe-then-switch schedule); data: `schedule_decision`, which the job object's
                    `method.lcsb.auto.decision` shows from then on
     on_eval_progress  "Evaluating at step 0: 12/40 validation batches, 21 s" (at most every

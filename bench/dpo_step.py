@@ -12,6 +12,18 @@ its cycle is in the mean):
 - `sft <schedule>`: `run_step` with the language-model loss on the very same rows (2 x pairs rows, the same
   tokens and the same target tokens: each pair's two answers), the supervised step a DPO step is compared
   with in the issue's target (a DPO step at most 2.5x it).
+- `trl full` (with `--peer`): the issue's peer, TRL's `DPOTrainer` with PEFT as a user writes them, on the
+  same pairs as one batch: the same NF4 base (loaded as bench/peer.py's `hf-peer` loads it), `get_peft_model`
+  with LoRA r16/alpha 32 on the seven projections, `DPOConfig(beta=0.1, loss_type sigmoid, max_length
+  --seq, lr 5e-5 constant, max_grad_norm 1.0, bf16 where the compute dtype is bf16)`, no `ref_model` (the
+  reference is the adapter switched off, as ours), no gradient checkpointing. Its step is the Trainer's inner
+  loop body called directly (bench/peer.py's `hf_peer_step`): `training_step`, `_clip_grad_norm`, optimizer
+  and schedule step, gradients cleared; its batch is TRL's own collation of the pairs (its tokens counted in
+  the header). TRL is installed for the benchmark only, not by scripts/setup.sh, into a folder named
+  `site-packages` (dill, which `datasets` hashes with, pickles a module outside such a folder by value and
+  fails): `pip install --no-deps --target /work/peer/site-packages trl==1.16.0 datasets==5.2.0 dill==0.4.1
+  multiprocess==0.70.19 pandas==3.1.1 pyarrow==24.0.0 xxhash==4.1.0`, then
+  `PYTHONPATH=/work/peer/site-packages python bench/dpo_step.py --peer`.
 Printed: seconds per step (mean over each cycle, median over rounds), the ratio DPO / SFT of the same
 schedule per round (median), the step-time ratio of each schedule to full backprop, and the peak resident
 set per mode (MiB; CPU: VmHWM after `malloc_trim`, reset per cycle). Results go to `--json`.
@@ -32,11 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common.bare_step import bare_model
 from bench.common.paths import DATA
 from bench.common.timing import interleave, round_ratio
+from lcsb_core.config import LoraSettings
 from lcsb_core.data import build_dataset
 from lcsb_core.data.pairs import iter_pair_batches
 from lcsb_core.dpo import AdapterOffReference, DPOObjective
+from lcsb_core.errors import DataError
 from lcsb_core.memory_probe import MIB
 from lcsb_core.models.loading import load_tokenizer, resolve_model_path
+from lcsb_core.models.quantization import base_dtype, compute_dtype, quantization_config
 from lcsb_core.schedules import make_schedule
 from lcsb_core.step import run_step
 
@@ -52,6 +67,61 @@ def pair_batch(tokenizer, pairs: int, seq: int, work: Path) -> dict[str, torch.T
                                   shuffle=False, pad_to_multiple_of=64))
 
 
+def pair_lines(pairs: int, seq: int, tokenizer, work: Path) -> list[dict]:
+    """The pairs `pair_batch` batches, as their JSON lines (OpenAI's DPO format), in the same order."""
+    lines = (DATA / "hh-rlhf-harmless" / "train.jsonl").read_text().splitlines()[: pairs * 4]
+    out = []
+    for i, line in enumerate(lines):
+        (work / "one.jsonl").write_text(line + "\n")
+        try:
+            build_dataset(work / "one.jsonl", tokenizer, max_seq_len=seq, min_examples=1, skip_invalid=True)
+        except DataError:  # a side longer than `seq`: `pair_batch` leaves it out too
+            continue
+        out.append(json.loads(lines[i]))
+        if len(out) == pairs:
+            break
+    return out
+
+
+def trl_step(folder: Path, tokenizer, rows: list[dict], seq: int, steps: int, out_dir: str):
+    """A callable running one optimizer step of TRL's DPOTrainer + PEFT LoRA on `rows` as one batch (the
+    module docstring), and that batch's number of non-padding tokens."""
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl import DPOConfig, DPOTrainer
+
+    device = torch.device("cpu")
+    base = AutoModelForCausalLM.from_pretrained(
+        folder, quantization_config=quantization_config("nf4", device), dtype=base_dtype("nf4", device),
+        device_map={"": device}, attn_implementation="sdpa", local_files_only=True)
+    lora = LoraSettings(rank=16)
+    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=int(lora.alpha), lora_dropout=0.0, bias="none",
+                                            target_modules=list(lora.target_modules), task_type="CAUSAL_LM"))
+    data = Dataset.from_list([{"prompt": r["input"]["messages"], "chosen": r["preferred_output"],
+                               "rejected": r["non_preferred_output"]} for r in rows])
+    args = DPOConfig(output_dir=out_dir, per_device_train_batch_size=len(rows), max_steps=steps, learning_rate=5e-5,
+                     lr_scheduler_type="constant", max_grad_norm=1.0, beta=0.1, loss_type=["sigmoid"],
+                     max_length=seq, bf16=compute_dtype(device) == torch.bfloat16, use_cpu=True, report_to="none",
+                     save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    wrapped, _ = trainer._prepare_for_training(steps, None, None)  # wraps the model, builds optimizer + schedule
+    trainer.current_gradient_accumulation_steps = 1
+    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
+    if optimizer is None or scheduler is None:
+        raise RuntimeError("Trainer._prepare_for_training built no optimizer or schedule")
+
+    def step() -> None:
+        trainer.training_step(wrapped, batch, None)
+        trainer._clip_grad_norm(wrapped)
+        optimizer.step()
+        scheduler.step()
+        wrapped.zero_grad()
+
+    return step, int(batch["attention_mask"].sum())
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=4)
@@ -62,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--model", default="SmolLM2-135M-Instruct")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--peer", action="store_true", help="add TRL's DPOTrainer + PEFT (`trl full`; installed apart)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -81,11 +152,19 @@ def main(argv: list[str] | None = None) -> None:
                 i[0] += 1
             cycles.append([step] * schedule.cycle_length)
             names.append(f"{kind} {name}")
+    peer_tokens = None
+    if args.peer:
+        rows = pair_lines(args.pairs, args.seq, tokenizer, Path("/tmp/lcsb_dpo_step"))
+        peer, peer_tokens = trl_step(folder, tokenizer, rows, args.seq, args.rounds + args.warmup_rounds,
+                                     "/tmp/lcsb_dpo_step/trl")
+        cycles.append([peer])
+        names.append("trl full")
     times, peaks = interleave(cycles, names, device, rounds=args.rounds, warmup_rounds=args.warmup_rounds)
     rows = {n: {"s_per_step": statistics.median(t), "peak_mib": p} for n, t, p in zip(names, times, peaks, strict=True)}
     lines = [f"hh-rlhf, {args.pairs} pairs ({tuple(batch['input_ids'].shape)} rows x padded tokens, "
              f"{int(batch['attention_mask'].sum())} tokens), {torch.get_num_threads()} threads, "
-             f"{args.rounds} rounds after {args.warmup_rounds} warm-up",
+             f"{args.rounds} rounds after {args.warmup_rounds} warm-up"
+             + (f"; TRL's batch of the same pairs: {peer_tokens} tokens" if peer_tokens is not None else ""),
              "| schedule | DPO s/step | SFT (same rows) s/step | DPO / SFT | DPO x full DPO | DPO peak MiB "
              "| SFT peak MiB |",
              "|---|---|---|---|---|---|---|"]
@@ -97,6 +176,11 @@ def main(argv: list[str] | None = None) -> None:
         rows[f"dpo {name}"].update(dpo_over_sft=ratio, over_full_dpo=vs_full)
         lines.append(f"| {name} | {statistics.median(times[d]):.2f} | {statistics.median(times[s]):.2f} | "
                      f"{ratio:.2f} | {vs_full:.2f} | {peaks[d]:.0f} | {peaks[s]:.0f} |")
+    if args.peer:
+        t, i = times[names.index("trl full")], names.index("trl full")
+        rows["trl full"].update(over_full_dpo=round_ratio(t, full_dpo) if full_dpo else float("nan"))
+        lines.append(f"| TRL DPOTrainer + PEFT (full) | {statistics.median(t):.2f} | - | - | "
+                     f"{rows['trl full']['over_full_dpo']:.2f} | {peaks[i]:.0f} | - |")
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "table": lines}, indent=1))

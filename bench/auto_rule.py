@@ -148,10 +148,14 @@ def step_times(paths: list[str]) -> dict[str, float]:
     return out
 
 
-def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None) -> str:
+def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
+           model: str = "SmolLM2-135M-Instruct") -> str:
+    """The tables of the module docstring for the runs of `model` at `steps` under `root` (one folder per
+    dataset; folders with no such runs, such as another model's or another length's, are left out)."""
     lines, shares, keeps = [], {}, {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        runs = [r for r in load_runs(folder) if r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto"]
+        runs = [r for r in load_runs(folder) if Path(str(r.get("model", model))).name == model
+                and (r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto")]
         fulls = {r["spec"]["seed"]: r for r in runs if label_of(r) == "full" and r["spec"]["steps"] == steps}
         seed_shares = {r["spec"]["seed"]: s for r in runs if (s := probe_share(r)) is not None}
         if not fulls or not seed_shares:
@@ -230,13 +234,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--step-time", action="append", default=[], help="bench/step_time.py --json output(s)")
     ap.add_argument("--plots", default="", help="folder for the PNG pictures")
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct", help="the base model whose runs count")
     args = ap.parse_args(argv)
     plots = Path(args.plots) if args.plots else None
     if plots:
         plots.mkdir(parents=True, exist_ok=True)
     step_s = step_times(args.step_time)
     print("step time (x full backprop's): " + ", ".join(f"{k} {v:.2f}" for k, v in step_s.items()))
-    print(report(args.results, args.steps, step_s, plots))
+    print(report(args.results, args.steps, step_s, plots, args.model))
 
 
 if __name__ == "__main__":

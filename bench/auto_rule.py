@@ -154,7 +154,7 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
     dataset; folders with no such runs, such as another model's or another length's, are left out)."""
     lines, shares, keeps = [], {}, {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        runs = [r for r in load_runs(folder) if Path(str(r.get("model", model))).name == model
+        runs = [r for r in load_runs(folder) if Path(str(r.get("model") or model)).name == model
                 and (r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto")]
         fulls = {r["spec"]["seed"]: r for r in runs if label_of(r) == "full" and r["spec"]["steps"] == steps}
         seed_shares = {r["spec"]["seed"]: s for r in runs if (s := probe_share(r)) is not None}

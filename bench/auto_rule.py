@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common.curves import eval_at, eval_of, load_runs
 from bench.common.results import read_rows
 from bench.schedule_decision import label_of, speed_vs_full
-from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_TO
+from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_THRESHOLD, SWITCH_TO
 from lcsb_core.schedules import DEFAULT_FRACTION, PureSchedule, SwitchSchedule, make_schedule
 
 KEEP = 0.95
@@ -152,7 +152,8 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
            model: str = "SmolLM2-135M-Instruct") -> str:
     """The tables of the module docstring for the runs of `model` at `steps` under `root` (one folder per
     dataset; folders with no such runs, such as another model's or another length's, are left out)."""
-    lines, shares, keeps = [], {}, {}
+    lines, shares, keeps, per_seed = [], {}, {}, []
+    threshold = SWITCH_THRESHOLD.get(model)
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         runs = [r for r in load_runs(folder) if Path(str(r.get("model") or model)).name == model
                 and (r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto")]
@@ -185,6 +186,32 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                          f"{per_step(group):.2f} |")
         if plots:
             lines.append(f"\n{plot(folder.name, by_label, step_s, plots)}")
+        switched = {r["spec"]["seed"]: r for r in by_label.get("auto", [])
+                    if (r.get("schedule_decision") or {}).get("schedule") == SWITCH_TO}
+        for seed, full in sorted(fulls.items()):
+            if threshold is None or (share := seed_shares.get(seed)) is None:
+                continue
+            if share >= threshold:  # stays at full depth: the run is full backprop's
+                per_seed.append((folder.name, seed, share, "full", 1.0, 1.0))
+            else:
+                run = switched.get(seed)
+                per_seed.append((folder.name, seed, share, SWITCH_TO, run and gain_kept(run, full, steps),
+                                 run and per_step([run])))
+    if per_seed:
+        lines.append(f"\n`auto` at the product's threshold ({threshold:.3f}, `SWITCH_THRESHOLD`), per dataset and "
+                     "seed: the decision its probe share gives (the full run's first steps, which are `auto`'s own), "
+                     f"and what that keeps (full depth: full backprop's run; {SWITCH_TO}: the `auto` run of "
+                     "that seed that switched, where one ran):\n")
+        lines.append("| dataset | seed | probe share | decision | share of full's gain | time (x full's) |")
+        lines.append("|---|---|---|---|---|---|")
+        for name, seed, share, decision, kept, time in per_seed:
+            lines.append(f"| {name} | {seed} | {share:.3f} | {decision} | "
+                         f"{'not run' if kept is None else f'{kept:.1%}'} | {'-' if time is None else f'{time:.2f}'} |")
+        done = [(k, t) for *_, k, t in per_seed if k is not None and t is not None]
+        if done:
+            lines.append(f"\nOver the {len(done)} measured: lowest share kept {min(k for k, _ in done):.1%}, mean "
+                         f"speed-up {statistics.fmean(1 / t for _, t in done):.2f}x (time measured as steps x each "
+                         "schedule's quiet step time)")
     usable = [d for d in shares if d in keeps]
     for rule, fit in RULES.items():
         lines.append(f"\nThreshold fitted with each dataset left out, the {rule} rule (bench/auto_rule.py):\n")

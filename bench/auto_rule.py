@@ -159,15 +159,16 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                 and (r["spec"]["steps"] in (steps, PROBE_STEPS) or label_of(r) == "auto")]
         fulls = {r["spec"]["seed"]: r for r in runs if label_of(r) == "full" and r["spec"]["steps"] == steps}
         seed_shares = {r["spec"]["seed"]: s for r in runs if (s := probe_share(r)) is not None}
-        if not fulls or not seed_shares:
+        if not seed_shares:
             continue
         shares[folder.name] = statistics.fmean(seed_shares.values())
         lines.append(f"\n{folder.name}: lower-layer share of the first {PROBE_STEPS} steps "
                      + ", ".join(f"seed {s}: {v:.3f}" for s, v in sorted(seed_shares.items()))
-                     + f"; mean {shares[folder.name]:.3f}\n")
-        lines.append(f"| schedule | seeds (compute path) | share of full's gain @{steps} | time to {KEEP:.0%} of "
-                     "full's gain (x full's time) | step time (x full's) |")
-        lines.append("|---|---|---|---|---|")
+                     + f"; mean {shares[folder.name]:.3f}" + ("\n" if fulls else f" (no {steps}-step run)"))
+        if fulls:
+            lines.append(f"| schedule | seeds (compute path) | share of full's gain @{steps} | time to {KEEP:.0%} of "
+                         "full's gain (x full's time) | step time (x full's) |")
+            lines.append("|---|---|---|---|---|")
         by_label: dict[str, list[dict]] = defaultdict(list)
         for r in runs:
             if r["spec"]["steps"] == steps and r["spec"]["seed"] in fulls and eval_at(r, steps):
@@ -184,18 +185,18 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                          f"{', '.join(f'{k:.1%}' for k in kept)} (mean {statistics.fmean(kept):.1%}) | "
                          f"{', '.join('not reached' if t is None else f'{t:.2f}' for t in reach)} | "
                          f"{per_step(group):.2f} |")
-        if plots:
+        if plots and by_label:
             lines.append(f"\n{plot(folder.name, by_label, step_s, plots)}")
         switched = {r["spec"]["seed"]: r for r in by_label.get("auto", [])
                     if (r.get("schedule_decision") or {}).get("schedule") == SWITCH_TO}
-        for seed, full in sorted(fulls.items()):
-            if threshold is None or (share := seed_shares.get(seed)) is None:
+        for seed, share in sorted(seed_shares.items()):
+            if threshold is None:
                 continue
-            if share >= threshold:  # stays at full depth: the run is full backprop's
+            if share >= threshold:  # stays at full depth: the run is full backprop's, whether or not it ran
                 per_seed.append((folder.name, seed, share, "full", 1.0, 1.0))
             else:
-                run = switched.get(seed)
-                per_seed.append((folder.name, seed, share, SWITCH_TO, run and gain_kept(run, full, steps),
+                run, full = switched.get(seed), fulls.get(seed)
+                per_seed.append((folder.name, seed, share, SWITCH_TO, run and full and gain_kept(run, full, steps),
                                  run and per_step([run])))
     if per_seed:
         lines.append(f"\n`auto` at the product's threshold ({threshold:.3f}, `SWITCH_THRESHOLD`), per dataset and "

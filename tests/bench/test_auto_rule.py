@@ -57,3 +57,37 @@ def test_gain_kept_and_time_to_95_percent_of_full_backprops_gain():
     shifted = run("tail", [2.002, 1.602, 1.302, 1.102, 1.042])
     assert gain_kept(shifted, full, 100) == pytest.approx(0.96)
     assert time_to_keep(shifted, full, 100, step_s) == pytest.approx(time_to_keep(tail, full, 100, step_s))
+
+
+def test_the_report_gives_auto_per_seed_at_the_products_threshold(tmp_path):
+    """A probe share at or above `SWITCH_THRESHOLD` keeps `auto` at full depth (its run is full backprop's,
+    100 %, whether or not a 100-step run exists); below it, the switched `auto` run of that seed is measured
+    against full's run of that seed, from each run's own step-0 loss."""
+    import json
+
+    from bench.auto_rule import report
+    from lcsb_core.default_schedule import SWITCH_THRESHOLD
+
+    tau = SWITCH_THRESHOLD["SmolLM2-135M-Instruct"]
+    high = [[1.0] * 22 + [0.1] * 8] * 4  # below the top 8 of 30: almost all of the squared norm
+    low = [[0.1] * 22 + [1.0] * 8] * 4
+    share_low = 22 * 0.01 / (22 * 0.01 + 8)
+    assert share_low < tau < 22 / (22 + 8 * 0.01)
+
+    def write(folder, name, label, seed, steps, losses, norms=None, decision=None, dtype="bfloat16"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        body = {"label": label, "spec": {"schedule": label, "steps": steps, "seed": seed, "fraction": 0.25},
+                "num_layers": 30, "name": name, "layer_grad_norms": norms or [], "compute_dtype": dtype,
+                "schedule_decision": decision, "model": "SmolLM2-135M-Instruct",
+                "evals": [{"step": 25 * i, "eval_loss": v} for i, v in enumerate(losses)]}
+        (tmp_path / folder / f"{name}.json").write_text(json.dumps(body))
+
+    write("chat", "probe-s2", "full", 2, 4, [2.0], high)  # a probe alone: full depth
+    write("text", "full-s0", "full", 0, 100, [2.0, 1.5, 1.2, 1.05, 1.0], low)
+    write("text", "auto-s0", "auto", 0, 100, [2.002, 1.602, 1.302, 1.102, 1.042], decision={"schedule": "tail"},
+          dtype="float32")
+    out = report(tmp_path, 100, {"full": 1.0, "tail": 0.75}, None)
+    assert "| chat | 2 | 0.996 | full | 100.0% | 1.00 |" in out
+    assert f"| text | 0 | {share_low:.3f} | tail | 96.0% | 0.76 |" in out  # 4 steps at full's time, 96 at tail's
+    assert "chat: lower-layer share of the first 4 steps seed 2: 0.996; mean 0.996 (no 100-step run)" in out
+    assert "| auto | 0 fp32 | 96.0% (mean 96.0%)" in out

@@ -47,7 +47,8 @@ def test_reward_metrics_reach_the_events_and_checkpoints(app, client, alice, dpo
     assert {k: step["data"][k] for k in TRAIN} == TRAIN
     assert step["message"] == "Step 1/6: training loss=0.6900, reward margin=0.420, reward accuracy=0.750"
     assert {k: evaluation["data"][k] for k in EVAL} == EVAL and not set(TRAIN) & set(evaluation["data"])
-    assert evaluation["message"].endswith("reward margin=0.420, reward accuracy=0.750")
+    assert evaluation["message"] == ("Step 1/6: validation DPO loss=0.6000, token accuracy on the preferred "
+                                     "answers=0.500, reward margin=0.420, reward accuracy=0.750")
     ckpts = client.get(f"/v1/fine_tuning/jobs/{job_id}/checkpoints", headers=alice.headers).json()["data"]
     assert {k: ckpts[0]["metrics"][k] for k in EVAL} == EVAL
 

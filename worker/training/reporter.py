@@ -24,7 +24,9 @@ Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
                    eval_batches_total, eval_elapsed_s; a graded evaluation's generation reports
                    decoding steps the same way, with eval_phase "graded" ("Evaluating at step 0: answering prompts,
                    40/384 decoding steps, 21 s"), which keeps the heartbeat through a long one
-    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25");
+    on_eval        "Step 10/100: validation loss=1.1, token accuracy=0.61" (with graders: ", grader/numeric=0.25";
+                   a DPO job: "validation DPO loss=0.65, token accuracy on the preferred answers=0.48, reward
+                   margin=0.42, reward accuracy=0.75");
                    data: step, valid_loss, valid_mean_token_accuracy, eval_target_tokens and each
                    `grader/<name>` score, and a DPO job's `eval_rewards/...` (the eval log row's, `EvalReport.to_dict`),
                    which the checkpoint of the same step carries in its `metrics`
@@ -187,8 +189,11 @@ class JobReporter(TrainerCallback):
         scores = "".join(f", {key}={value:.3f}" for key, value in r.graded.items()) + \
             _rewards_words(rewards, EVAL_REWARDS)
         with _reporting("an evaluation", self.job_id), self.db.session() as s:
-            add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation loss={r.eval_loss:.4f}, "
-                      f"token accuracy={r.eval_token_accuracy:.3f}{scores}", type="metrics",
+            # a DPO evaluation's loss is the DPO loss per pair, its token accuracy the preferred answers'
+            loss, accuracy = (("DPO loss", "token accuracy on the preferred answers") if rewards
+                              else ("loss", "token accuracy"))
+            add_event(s, self.job_id, f"Step {r.step}/{self.total_steps}: validation {loss}={r.eval_loss:.4f}, "
+                      f"{accuracy}={r.eval_token_accuracy:.3f}{scores}", type="metrics",
                       data={"step": r.step, "valid_loss": r.eval_loss,
                             "valid_mean_token_accuracy": r.eval_token_accuracy,
                             "eval_target_tokens": r.eval_target_tokens, **r.graded, **rewards})

@@ -78,7 +78,8 @@ def gain_kept(run: dict, full: dict, steps: int) -> float:
 
 def seed_and_path(run: dict) -> str:
     """"0 bf16": the run's seed and its compute path (bf16 autocast or fp32, by the CPU it ran on)."""
-    return f"{run['spec']['seed']} {PATHS.get(run.get('compute_dtype'), run.get('compute_dtype') or '?')}"
+    dtype = str(run.get("compute_dtype") or "?")
+    return f"{run['spec']['seed']} {PATHS.get(dtype, dtype)}"
 
 
 PATHS = {"bfloat16": "bf16", "float32": "fp32"}
@@ -152,7 +153,10 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
            model: str = "SmolLM2-135M-Instruct") -> str:
     """The tables of the module docstring for the runs of `model` at `steps` under `root` (one folder per
     dataset; folders with no such runs, such as another model's or another length's, are left out)."""
-    lines, shares, keeps, per_seed = [], {}, {}, []
+    lines: list[str] = []
+    shares: dict[str, float] = {}
+    keeps: dict[str, float] = {}
+    per_seed: list[tuple[str, int, float, str, float | None, float | None]] = []
     threshold = SWITCH_THRESHOLD.get(model)
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         runs = [r for r in load_runs(folder) if Path(str(r.get("model") or model)).name == model
@@ -196,8 +200,9 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                 per_seed.append((folder.name, seed, share, "full", 1.0, 1.0))
             else:
                 run, full = switched.get(seed), fulls.get(seed)
-                per_seed.append((folder.name, seed, share, SWITCH_TO, run and full and gain_kept(run, full, steps),
-                                 run and per_step([run])))
+                per_seed.append((folder.name, seed, share, SWITCH_TO,
+                                 gain_kept(run, full, steps) if run and full else None,
+                                 per_step([run]) if run and full else None))
     if per_seed:
         lines.append(f"\n`auto` at the product's threshold ({threshold:.3f}, `SWITCH_THRESHOLD`), per dataset and "
                      "seed: the decision its probe share gives (the full run's first steps, which are `auto`'s own), "
@@ -205,9 +210,10 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                      "that seed that switched, where one ran):\n")
         lines.append("| dataset | seed | probe share | decision | share of full's gain | time (x full's) |")
         lines.append("|---|---|---|---|---|---|")
-        for name, seed, share, decision, kept, time in per_seed:
-            lines.append(f"| {name} | {seed} | {share:.3f} | {decision} | "
-                         f"{'not run' if kept is None else f'{kept:.1%}'} | {'-' if time is None else f'{time:.2f}'} |")
+        for name, seed, share, decision, held, spent in per_seed:
+            kept_cell = "not run" if held is None else f"{held:.1%}"
+            time_cell = "-" if spent is None else f"{spent:.2f}"
+            lines.append(f"| {name} | {seed} | {share:.3f} | {decision} | {kept_cell} | {time_cell} |")
         done = [(k, t) for *_, k, t in per_seed if k is not None and t is not None]
         if done:
             lines.append(f"\nOver the {len(done)} measured: lowest share kept {min(k for k, _ in done):.1%}, mean "

@@ -86,10 +86,10 @@ def pair_lines(pairs: int, seq: int, tokenizer, work: Path) -> list[dict]:
 def trl_step(folder: Path, tokenizer, rows: list[dict], seq: int, steps: int, out_dir: str):
     """A callable running one optimizer step of TRL's DPOTrainer + PEFT LoRA on `rows` as one batch (the
     module docstring), and that batch's number of non-padding tokens."""
-    from datasets import Dataset
+    from datasets import Dataset  # type: ignore[import-not-found]  # installed apart (the docstring)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOConfig, DPOTrainer  # type: ignore[import-not-found]
 
     device = torch.device("cpu")
     base = AutoModelForCausalLM.from_pretrained(
@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
             names.append(f"{kind} {name}")
     peer_tokens = None
     if args.peer:
-        rows = pair_lines(args.pairs, args.seq, tokenizer, Path("/tmp/lcsb_dpo_step"))
-        peer, peer_tokens = trl_step(folder, tokenizer, rows, args.seq, args.rounds + args.warmup_rounds,
+        pairs = pair_lines(args.pairs, args.seq, tokenizer, Path("/tmp/lcsb_dpo_step"))
+        peer, peer_tokens = trl_step(folder, tokenizer, pairs, args.seq, args.rounds + args.warmup_rounds,
                                      "/tmp/lcsb_dpo_step/trl")
         cycles.append([peer])
         names.append("trl full")

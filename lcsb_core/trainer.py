@@ -161,8 +161,10 @@ class Trainer:
 
         return len(dataset.examples) if self.config.dpo is None else num_pairs(dataset)
 
-    def _batches(self, dataset, *, epoch: int, shuffle: bool) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches of `dataset` on the device, padded/packed as the config says."""
+    def _batches(self, dataset, *, epoch: int, shuffle: bool, by_length: bool = False
+                 ) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches of `dataset` on the device, padded/packed as the config says; `by_length`: shortest
+        first (an evaluation's order: less padding, the same means)."""
         from lcsb_core.data import iter_batches
         from lcsb_core.data.pairs import iter_pair_batches
 
@@ -171,12 +173,12 @@ class Trainer:
         if self.config.dpo is not None:
             for batch in iter_pair_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                            pad_token_id=pad_id, shuffle=shuffle,
-                                           pad_to_multiple_of=d.pad_to_multiple_of):
+                                           pad_to_multiple_of=d.pad_to_multiple_of, by_length=by_length):
                 yield {k: v.to(self.device) for k, v in batch.items()}
             return
         for batch in iter_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                   pad_token_id=pad_id, shuffle=shuffle, pad_to_multiple_of=d.pad_to_multiple_of,
-                                  pack=d.pack, max_seq_len=d.max_seq_len):
+                                  pack=d.pack, max_seq_len=d.max_seq_len, by_length=by_length):
             yield {k: v.to(self.device) for k, v in batch.items()}
 
     def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -306,7 +308,7 @@ class Trainer:
         `on_eval_progress` after each validation batch and `on_eval` at the end."""
         total = -(-self._units(self.eval_dataset) // self.config.batch_size)
         t0 = time.perf_counter()
-        batches = self._batches(self.eval_dataset, epoch=0, shuffle=False)
+        batches = self._batches(self.eval_dataset, epoch=0, shuffle=False, by_length=True)
         on_batch = lambda n: self._emit("on_eval_progress", EvalProgress(step, n, total, time.perf_counter() - t0))  # noqa: E731
         rewards: dict[str, float] = {}
         if self.objective is None:

@@ -14,7 +14,7 @@ two examples per line, interleaved: [chosen_0, rejected_0, chosen_1, rejected_1,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -125,12 +125,15 @@ def num_batches(dataset: TokenizedDataset, batch_size: int) -> int:
     return batches_per_epoch(len(dataset.examples), batch_size)
 
 
-def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True,
+                lengths: Sequence[int] | None = None) -> np.ndarray:
     """The order of `n` items in one epoch: a permutation from numpy's PCG64 seeded with [seed, epoch]
-    (the same for a resumed run), or 0..n-1 when not `shuffle`. Examples (`iter_batches`) and preference
-    pairs (`lcsb_core.data.pairs`) are ordered by it."""
+    (the same for a resumed run), or, when not `shuffle`, 0..n-1, or with `lengths` (one per item) shortest
+    first (a stable sort: equal lengths keep file order), the evaluation order, so that each batch pads its
+    rows to similar lengths (a mean over tokens or pairs does not depend on the order). Examples
+    (`iter_batches`) and preference pairs (`lcsb_core.data.pairs`) are ordered by it."""
     if not shuffle:
-        return np.arange(n)
+        return np.arange(n) if lengths is None else np.argsort(np.asarray(lengths), kind="stable")
     return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).permutation(n)
 
 
@@ -146,9 +149,12 @@ def iter_batches(
     max_seq_len: int | None = None,
     mask_dtype: torch.dtype | None = None,
     pad_to_multiple_of: int = 1,
+    by_length: bool = False,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield `collate`d batches of `batch_size` examples, in an order fixed by (seed, epoch) (a
-    permutation from numpy's PCG64 seeded with [seed, epoch]; file order when not shuffle). The last,
+    permutation from numpy's PCG64 seeded with [seed, epoch]; when not shuffle, file order, or with
+    `by_length` shortest first, as an evaluation takes them; `by_length` is ignored with `pack`, whose rows
+    hold several examples: `epoch_order`). The last,
     partial batch is kept. `pack`, `max_seq_len`, `mask_dtype`, `pad_to_multiple_of` are passed to `collate` (with
     pack, each batch's `batch_size` examples become as many rows as needed).
 
@@ -158,7 +164,8 @@ def iter_batches(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     n = len(dataset.examples)
-    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle)
+    lengths = [len(e.input_ids) for e in dataset.examples] if by_length and not pack else None
+    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle, lengths=lengths)
     for start in range(0, n, batch_size):
         batch = [dataset.examples[int(i)] for i in order[start:start + batch_size]]
         yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype,

@@ -190,6 +190,11 @@ def test_pair_batches_keep_pairs_whole_in_a_seeded_order():
     assert sorted(seen) == [0, 1, 2, 3, 4] and seen != [0, 1, 2, 3, 4]  # every pair once, shuffled
     again = [b["input_ids"] for b in iter_pair_batches(data, 2, seed=3, epoch=0, pad_token_id=0)]
     assert all(torch.equal(a, b["input_ids"]) for a, b in zip(again, batches, strict=True))
+    # an evaluation's order: shortest pair first by its longer side, pairs whole
+    data.examples = [EncodedExample([1] * n, [-100] + [2] * (n - 1), line=i // 2 + 1)
+                     for i, n in enumerate([6, 3, 2, 2, 4, 5])]
+    ordered = list(iter_pair_batches(data, 2, seed=3, epoch=0, pad_token_id=0, shuffle=False, by_length=True))
+    assert [b["attention_mask"].sum(1).tolist() for b in ordered] == [[2, 2, 4, 5], [6, 3]]
     data.examples = examples[:3]
     with pytest.raises(ValueError, match="two examples per pair"):
         num_pairs(data)

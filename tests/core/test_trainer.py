@@ -320,3 +320,29 @@ def test_a_chat_jobs_template_is_saved_beside_every_adapter_and_no_other_jobs(tm
             assert template.read_text(encoding="utf-8") == _Tokenizer.chat_template
         else:
             assert not template.exists()
+
+
+def test_an_evaluation_takes_the_validation_set_shortest_first_with_the_same_means(tmp_path):
+    """`Trainer.evaluate` batches the validation set shortest first (less padding): the mean loss and token
+    accuracy equal those of the file order's batches (`evaluate_batches` on the same model), and its batches
+    hold fewer padded tokens."""
+    from lcsb_core.data import iter_batches
+    from lcsb_core.loss import evaluate_batches
+
+    seen = []
+
+    class Compare(TrainerCallback):
+        def on_eval(self, r):
+            file_order = list(iter_batches(t.eval_dataset, 3, seed=3, epoch=0, pad_token_id=0, shuffle=False))
+            seen.append((r, evaluate_batches(t.model, iter(file_order)), file_order))
+
+    t = trainer(config(tmp_path, batch_size=3, max_steps=1, eval_every=0), callbacks=[Compare()])
+    t.train()
+    assert [r.step for r, _, _ in seen] == [0, 1]
+    for report, direct, _ in seen:
+        assert report.eval_loss == pytest.approx(direct.mean_loss, rel=1e-5)
+        assert report.eval_token_accuracy == pytest.approx(direct.token_accuracy, rel=1e-6)
+        assert report.eval_target_tokens == direct.num_targets
+    shortest_first = iter_batches(t.eval_dataset, 3, seed=3, epoch=0, pad_token_id=0, shuffle=False, by_length=True)
+    file_order = seen[0][2]
+    assert sum(b["input_ids"].numel() for b in shortest_first) < sum(b["input_ids"].numel() for b in file_order)

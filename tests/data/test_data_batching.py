@@ -114,3 +114,18 @@ def test_iter_batches_deterministic_and_keeps_last_partial_batch():
     assert lines(seed=1, epoch=0, shuffle=False) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
     packed = list(iter_batches(ds, 4, seed=0, epoch=0, pad_token_id=PAD, pack=True, max_seq_len=8))
     assert sum(count_target_tokens(b["labels"]) for b in packed) == ds.num_target_tokens
+
+
+def test_evaluation_order_is_shortest_first_and_stable():
+    """`by_length` (an evaluation's order): shortest first, equal lengths in file order; a shuffled epoch
+    and a packed one ignore it."""
+    ex = [_ex(list(range(3, 3 + n)), i + 1) for i, n in enumerate([5, 7, 4, 6, 4])]
+    data = TokenizedDataset(ex, ValidationReport("x", "jsonl"))
+    batches = list(iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD, shuffle=False, by_length=True))
+    assert [b["attention_mask"].sum(1).tolist() for b in batches] == [[4, 4], [5, 6], [7]]
+    assert [b["input_ids"].shape[1] for b in batches] == [4, 6, 7]
+    in_file_order = list(iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD, shuffle=False))
+    assert [sum(b["input_ids"].numel() for b in bs) for bs in (batches, in_file_order)] == [27, 30]  # with padding
+    assert [b["input_ids"].tolist() for b in iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD,
+                                                           by_length=True)] == \
+        [b["input_ids"].tolist() for b in iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD)]

@@ -71,8 +71,10 @@ eval_s = sum(float(r["eval_time_s"]) for r in rows if r.get("eval_time_s"))
 if rows:
     print(f"  evaluation       {eval_s:.0f} s for {len(rows)} evaluations (eval loss and graded answers), "
           f"{summary['train_seconds'] - eval_s:.0f} s of training")
-print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, k = {summary['k']} of {summary['num_layers']} layers)")
 decided = summary.get("schedule_decision")
+depth = ("every layer on every step" if decided and not decided.get("switched")
+         else f"k = {summary['k']} of {summary['num_layers']} layers")  # auto at full depth trains all of them
+print(f"  steps            {summary['steps']} (schedule {summary['schedule']}, {depth})")
 if decided:  # what auto's probe saw and chose (method.lcsb.auto.decision on the job object)
     print(f"  auto             the lower {decided['lower_layers']} layers carried {decided['lower_share']:.1%} of the gradient "
           f"in the first {decided['probe_steps']} steps (threshold {decided['threshold']:.1%}): "

@@ -28,6 +28,7 @@ from lcsb_core.init_adapter import initialise_from
 from lcsb_core.lora import decoder_layers
 from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import MIB, FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
+from lcsb_core.models.quantization import base_dtype
 from lcsb_core.optim import build_optimizer, layer_lr_scales, lr_multiplier, set_lr
 from lcsb_core.run_files import RunFiles
 from lcsb_core.run_length import planned_steps
@@ -414,6 +415,7 @@ class Trainer:
                 "schedule_description": self.schedule.describe(), "auto": self.config.lcsb.auto,
                 "schedule_decision": self.schedule.decision(),
                 "full_every": self.schedule.full_every, "device": str(self.device),
+                "compute_dtype": str(base_dtype(self.config.model.quantization, self.device)).removeprefix("torch."),
                 "torch_threads": torch.get_num_threads(),
                 "c_allocator": c_allocator() if self.device.type == "cpu" else None,
                 "lora_parameters": sum(p.numel() for p in self.params),

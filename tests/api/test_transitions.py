@@ -272,3 +272,24 @@ def test_the_start_event_states_the_threads_and_where_they_came_from(db, job_id)
                                             "affinity_cpus": 8}
     assert stated.data["torch_threads"] == 2
     assert bare.data["thread_policy"] is None and ", cpu; learning rate" in bare.message
+
+
+@pytest.mark.parametrize(("dtype", "quantization", "said"), [("float32", "nf4", True), ("bfloat16", "nf4", False),
+                                                             ("float32", "fp32", False)])
+def test_the_start_event_says_when_an_nf4_base_computes_in_fp32(db, job_id, dtype, quantization, said):
+    """A CPU without native bf16 computes an NF4 base in fp32 (other losses, shares and peaks than the
+    README's bf16 numbers): the start event says so; a bf16 CPU, or a job that asked for fp32, says nothing."""
+    with db.session() as s:
+        transitions.claim(s, job_id)
+    info = {"total_steps": 10, "start_step": 0, "config": {"log_every": 1, "model": {"quantization": quantization}},
+            "num_layers": 30, "k": 8, "schedule": "full", "schedule_description": "30 layers (all, full)",
+            "full_every": None, "device": "cpu", "torch_threads": 2, "c_allocator": "jemalloc", "train_examples": 40,
+            "eval_examples": 0, "lora_parameters": 1, "learning_rate": 8e-4, "warmup_steps": 5,
+            "lr_schedule": "linear", "compute_dtype": dtype}
+    JobReporter(db, None, job_id, "ft:x", threading.Event()).on_start(info)
+    with db.session() as s:
+        event = s.scalars(select(JobEvent).where(JobEvent.job_id == job_id,
+                                                 JobEvent.message.startswith("Training started"))).one()
+    clause = "cpu; the NF4 base computes in fp32 (this CPU has no native bf16); learning rate 0.0008"
+    assert (clause in event.message) is said and event.data["compute_dtype"] == dtype
+    assert event.message.endswith("learning rate 0.0008 after 5 warmup steps, linear after that")

@@ -5,9 +5,11 @@ question from the job row (`transitions.should_stop`) or the supervisor's time-l
 Events (OpenAI `fine_tuning.job.event`; `type` metrics carry `data`):
     on_start       "Training started: 100 steps, 30 layers (8 trained per step, cyclic), cpu, 2 CPU threads (2 CPUs
                    by the CPU affinity / 1 training slot), OpenMP wait PASSIVE; learning rate 0.0008 after 5
-                   warmup steps, linear after that"; data: the run's facts, with the resolved learning_rate,
-                   warmup_steps and lr_schedule, torch_threads (what torch runs with) and thread_policy (the
-                   supervisor's choice and where it came from, `worker.threads`; None outside a worker)
+                   warmup steps, linear after that" (on a CPU without native bf16, "...; the NF4 base computes in
+                   fp32 (this CPU has no native bf16); learning rate ..."); data: the run's facts, with the
+                   resolved learning_rate, compute_dtype, warmup_steps and lr_schedule, torch_threads (what
+                   torch runs with) and thread_policy (the supervisor's choice and where it came from,
+                   `worker.threads`; None outside a worker)
     on_step        "Step 5/100: training loss=1.2345" (every `log_every` steps and the last); data: step,
                    total_steps, train_loss, lr, grad_norm, tokens, tokens_per_s, step_time_s,
                    peak_memory_mib, selected_layers; a DPO job's step adds its `rewards/...` metrics (TRL's
@@ -118,16 +120,20 @@ class JobReporter(TrainerCallback):
         self.log_every = int(cfg.get("log_every", 1))
         policy = self.thread_policy
         threads = f", {policy.describe()}" if policy else ""
+        # an NF4 base on a CPU without native bf16 computes in fp32 (`compute_dtype`): other losses and peaks
+        fp32 = ("the NF4 base computes in fp32 (this CPU has no native bf16); "
+                if info.get("compute_dtype") == "float32" and cfg.get("model", {}).get("quantization") == "nf4"
+                and str(info["device"]).startswith("cpu") else "")
         with _reporting("the start", self.job_id), self.db.session() as s:
             add_event(s, self.job_id, f"Training started: {info['total_steps']} steps, "
                       f"{info['schedule_description']}, {info['train_examples']} examples, {info['device']}{threads}; "
-                      f"learning rate {info['learning_rate']:.3g} after {info['warmup_steps']} warmup steps, "
+                      f"{fp32}learning rate {info['learning_rate']:.3g} after {info['warmup_steps']} warmup steps, "
                       f"{info['lr_schedule']} after that",
                       data={**{k: info[k] for k in ("total_steps", "num_layers", "k", "schedule", "full_every",
                                                     "device", "torch_threads", "c_allocator", "train_examples",
                                                     "eval_examples", "lora_parameters", "start_step",
                                                     "learning_rate", "warmup_steps", "lr_schedule")},
-                            **{k: info.get(k) for k in ("auto", "schedule_decision")},
+                            **{k: info.get(k) for k in ("auto", "schedule_decision", "compute_dtype")},
                             "thread_policy": policy.to_dict() if policy else None})
             record_progress(s, self.job_id, steps_completed=self.steps_done, total_steps=self.total_steps)
 

@@ -17,9 +17,10 @@ its cycle is in the mean):
   with LoRA r16/alpha 32 on the seven projections, `DPOConfig(beta=0.1, loss_type sigmoid, max_length
   --seq, lr 5e-5 constant, max_grad_norm 1.0, bf16 where the compute dtype is bf16)`, no `ref_model` (the
   reference is the adapter switched off, as ours), no gradient checkpointing. Its step is the Trainer's inner
-  loop body called directly (bench/peer.py's `hf_peer_step`): `training_step`, `_clip_grad_norm`, optimizer
-  and schedule step, gradients cleared; its batch is TRL's own collation of the pairs (its tokens counted in
-  the header). TRL is installed for the benchmark only, not by scripts/setup.sh, into a folder named
+  loop body called directly (`bench.common.hf_peer.inner_loop_step`, as bench/peer.py's): `training_step`,
+  `_clip_grad_norm`, optimizer and schedule step, gradients cleared; its batch is TRL's own collation of
+  the pairs (its tokens counted in the header). TRL is installed for the benchmark only, not by
+  scripts/setup.sh, into a folder named
   `site-packages` (dill, which `datasets` hashes with, pickles a module outside such a folder by value and
   fails): `pip install --no-deps --target /work/peer/site-packages trl==1.16.0 datasets==5.2.0 dill==0.4.1
   multiprocess==0.70.19 pandas==3.1.1 pyarrow==24.0.0 xxhash==4.1.0`, then
@@ -42,62 +43,40 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.bare_step import bare_model
+from bench.common.hf_peer import inner_loop_step, peft_peer_model
 from bench.common.paths import DATA
 from bench.common.timing import interleave, round_ratio
-from lcsb_core.config import LoraSettings
 from lcsb_core.data import build_dataset
 from lcsb_core.data.pairs import iter_pair_batches
 from lcsb_core.dpo import AdapterOffReference, DPOObjective
-from lcsb_core.errors import DataError
 from lcsb_core.memory_probe import MIB
 from lcsb_core.models.loading import load_tokenizer, resolve_model_path
-from lcsb_core.models.quantization import base_dtype, compute_dtype, quantization_config
+from lcsb_core.models.quantization import compute_dtype
 from lcsb_core.schedules import make_schedule
 from lcsb_core.step import run_step
 
 
-def pair_batch(tokenizer, pairs: int, seq: int, work: Path) -> dict[str, torch.Tensor]:
-    """The first `pairs` pairs of hh-rlhf train.jsonl whose sides fit in `seq` tokens, as one pair batch."""
+def pair_batch(tokenizer, pairs: int, seq: int, work: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """The first `pairs` pairs of hh-rlhf train.jsonl whose sides fit in `seq` tokens, as one pair batch, and
+    those pairs' JSON lines (OpenAI's DPO format, in the batch's order) for the peer."""
     lines = (DATA / "hh-rlhf-harmless" / "train.jsonl").read_text().splitlines()[: pairs * 4]
     work.mkdir(parents=True, exist_ok=True)
     (work / "pairs.jsonl").write_text("\n".join(lines) + "\n")
     data = build_dataset(work / "pairs.jsonl", tokenizer, max_seq_len=seq, min_examples=1, skip_invalid=True)
     data.examples = data.examples[: 2 * pairs]
-    return next(iter_pair_batches(data, pairs, seed=0, epoch=0, pad_token_id=tokenizer.pad_token_id,
-                                  shuffle=False, pad_to_multiple_of=64))
-
-
-def pair_lines(pairs: int, seq: int, tokenizer, work: Path) -> list[dict]:
-    """The pairs `pair_batch` batches, as their JSON lines (OpenAI's DPO format), in the same order."""
-    lines = (DATA / "hh-rlhf-harmless" / "train.jsonl").read_text().splitlines()[: pairs * 4]
-    out = []
-    for i, line in enumerate(lines):
-        (work / "one.jsonl").write_text(line + "\n")
-        try:
-            build_dataset(work / "one.jsonl", tokenizer, max_seq_len=seq, min_examples=1, skip_invalid=True)
-        except DataError:  # a side longer than `seq`: `pair_batch` leaves it out too
-            continue
-        out.append(json.loads(lines[i]))
-        if len(out) == pairs:
-            break
-    return out
+    batch = next(iter_pair_batches(data, pairs, seed=0, epoch=0, pad_token_id=tokenizer.pad_token_id,
+                                   shuffle=False, pad_to_multiple_of=64))
+    return batch, [json.loads(lines[e.line - 1]) for e in data.examples[::2]]  # `line` is 1-based
 
 
 def trl_step(folder: Path, tokenizer, rows: list[dict], seq: int, steps: int, out_dir: str):
     """A callable running one optimizer step of TRL's DPOTrainer + PEFT LoRA on `rows` as one batch (the
     module docstring), and that batch's number of non-padding tokens."""
     from datasets import Dataset  # type: ignore[import-not-found]  # installed apart (the docstring)
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer  # type: ignore[import-not-found]
 
     device = torch.device("cpu")
-    base = AutoModelForCausalLM.from_pretrained(
-        folder, quantization_config=quantization_config("nf4", device), dtype=base_dtype("nf4", device),
-        device_map={"": device}, attn_implementation="sdpa", local_files_only=True)
-    lora = LoraSettings(rank=16)
-    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=int(lora.alpha), lora_dropout=0.0, bias="none",
-                                            target_modules=list(lora.target_modules), task_type="CAUSAL_LM"))
+    model = peft_peer_model(folder, "nf4", 16, device)
     data = Dataset.from_list([{"prompt": r["input"]["messages"], "chosen": r["preferred_output"],
                                "rejected": r["non_preferred_output"]} for r in rows])
     args = DPOConfig(output_dir=out_dir, per_device_train_batch_size=len(rows), max_steps=steps, learning_rate=5e-5,
@@ -106,20 +85,7 @@ def trl_step(folder: Path, tokenizer, rows: list[dict], seq: int, steps: int, ou
                      save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
     trainer = DPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     batch = next(iter(trainer.get_train_dataloader()))
-    wrapped, _ = trainer._prepare_for_training(steps, None, None)  # wraps the model, builds optimizer + schedule
-    trainer.current_gradient_accumulation_steps = 1
-    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
-    if optimizer is None or scheduler is None:
-        raise RuntimeError("Trainer._prepare_for_training built no optimizer or schedule")
-
-    def step() -> None:
-        trainer.training_step(wrapped, batch, None)
-        trainer._clip_grad_norm(wrapped)
-        optimizer.step()
-        scheduler.step()
-        wrapped.zero_grad()
-
-    return step, int(batch["attention_mask"].sum())
+    return inner_loop_step(trainer, steps, batch, device), int(batch["attention_mask"].sum())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device("cpu")
     folder = resolve_model_path(args.model)
     tokenizer = load_tokenizer(folder)
-    batch = pair_batch(tokenizer, args.pairs, args.seq, Path("/tmp/lcsb_dpo_step"))
+    batch, pairs = pair_batch(tokenizer, args.pairs, args.seq, Path("/tmp/lcsb_dpo_step"))
     model, sel, opt = bare_model(folder, "nf4", 16, device)
     objective = DPOObjective(0.1, AdapterOffReference(), chunk_bytes=16 * MIB)
     cycles, names = [], []
@@ -154,7 +120,6 @@ def main(argv: list[str] | None = None) -> None:
             names.append(f"{kind} {name}")
     peer_tokens = None
     if args.peer:
-        pairs = pair_lines(args.pairs, args.seq, tokenizer, Path("/tmp/lcsb_dpo_step"))
         peer, peer_tokens = trl_step(folder, tokenizer, pairs, args.seq, args.rounds + args.warmup_rounds,
                                      "/tmp/lcsb_dpo_step/trl")
         cycles.append([peer])

@@ -51,11 +51,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.bare_step import bare_cycle, bare_model, random_batch
+from bench.common.hf_peer import inner_loop_step, peft_peer_model
 from bench.common.timing import add_interleaved_bench_args, interleave, round_ratio
-from lcsb_core.config import LoraSettings
 from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import resolve_model_path
-from lcsb_core.models.quantization import base_dtype, compute_dtype, quantization_config
+from lcsb_core.models.quantization import base_dtype, compute_dtype
 
 PEER = "hf-peer"
 
@@ -63,39 +63,16 @@ PEER = "hf-peer"
 def hf_peer_step(folder: Path, quant: str, rank: int, device: torch.device, batch: dict, steps: int, out_dir: str):
     """A callable running one optimizer step of Hugging Face Trainer + PEFT LoRA on `batch` (see the
     module docstring for what it contains), and the Trainer's optimizer name."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments
 
-    base = AutoModelForCausalLM.from_pretrained(
-        folder, quantization_config=quantization_config(quant, device), dtype=base_dtype(quant, device),
-        device_map={"": device} if quant == "nf4" else None, attn_implementation="sdpa", local_files_only=True)
-    if quant != "nf4":
-        base.to(device)  # type: ignore[arg-type]  # transformers types `to` through a decorator as (model)
-    lora = LoraSettings(rank=rank)
-    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=int(lora.alpha), lora_dropout=0.0, bias="none",
-                                            target_modules=list(lora.target_modules), task_type="CAUSAL_LM"))
+    model = peft_peer_model(folder, quant, rank, device)
     bf16 = (compute_dtype(device) if quant == "nf4" else base_dtype(quant, device)) == torch.bfloat16
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=batch["input_ids"].shape[0],
                              max_steps=steps, learning_rate=1e-5, weight_decay=0.01, lr_scheduler_type="constant",
                              max_grad_norm=1.0, bf16=bf16, use_cpu=device.type == "cpu", report_to="none",
                              save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
     trainer = Trainer(model=model, args=args)
-    wrapped, _ = trainer._prepare_for_training(steps, None, None)  # wraps the model, builds optimizer + schedule
-    trainer.current_gradient_accumulation_steps = 1
-    _, num_items = trainer.get_batch_samples(iter([batch]), 1, device)
-
-    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
-    if optimizer is None or scheduler is None:
-        raise RuntimeError("Trainer._prepare_for_training built no optimizer or schedule")
-
-    def step() -> None:
-        trainer.training_step(wrapped, batch, num_items)
-        trainer._clip_grad_norm(wrapped)
-        optimizer.step()
-        scheduler.step()
-        wrapped.zero_grad()
-
-    return step, getattr(args.optim, "value", str(args.optim))
+    return inner_loop_step(trainer, steps, batch, device), getattr(args.optim, "value", str(args.optim))
 
 
 def main(argv=None) -> None:

@@ -200,9 +200,8 @@ def report(root: Path, steps: int, step_s: dict[str, float], plots: Path | None,
                 per_seed.append((folder.name, seed, share, "full", 1.0, 1.0))
             else:
                 run, full = switched.get(seed), fulls.get(seed)
-                per_seed.append((folder.name, seed, share, SWITCH_TO,
-                                 gain_kept(run, full, steps) if run and full else None,
-                                 per_step([run]) if run and full else None))
+                held, spent = (gain_kept(run, full, steps), per_step([run])) if run and full else (None, None)
+                per_seed.append((folder.name, seed, share, SWITCH_TO, held, spent))
     if per_seed:
         lines.append(f"\n`auto` at the product's threshold ({threshold:.3f}, `SWITCH_THRESHOLD`), per dataset and "
                      "seed: the decision its probe share gives (the full run's first steps, which are `auto`'s own), "

@@ -227,6 +227,22 @@ def hh_preferred_to_chat(pair: dict) -> dict:
     return {"messages": turns + list(pair["preferred_output"])}
 
 
+def hh_datasets(work: Path, tokenizer, args, stem: str, convert) -> tuple:
+    """(train, eval TokenizedDataset, (train lines read, eval lines read)) of the first `--train-examples`
+    lines of hh-rlhf-harmless's train.jsonl and `--eval-examples` of its validation.jsonl, each line passed
+    through `convert` and written to `<work>/<stem>_train.jsonl` / `_eval.jsonl`; lines longer than `--seq`
+    tokens are left out (`skip_invalid`), so the caller counts what was kept against what was read."""
+    read = []
+    for name, n, side in (("train.jsonl", args.train_examples, "train"), ("validation.jsonl", args.eval_examples,
+                                                                          "eval")):
+        lines = (DATA / "hh-rlhf-harmless" / name).read_text().splitlines()[:n]
+        write_jsonl(work / f"{stem}_{side}.jsonl", (convert(json.loads(line)) for line in lines))
+        read.append(len(lines))
+    build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1,  # noqa: E731
+                                    skip_invalid=True)
+    return build(f"{stem}_train.jsonl"), build(f"{stem}_eval.jsonl"), tuple(read)
+
+
 def prepare_task(task: str, tokenizer, args) -> tuple:
     """(train TokenizedDataset, eval TokenizedDataset, eval rows for exact match or None)."""
     work = Path(args.out) / "data"
@@ -236,10 +252,9 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
         to_line = gsm8k_rows_for(tokenizer)
         train_file = write_jsonl(work / "gsm8k_train.jsonl", map(to_line, train_rows))
         eval_file = write_jsonl(work / "gsm8k_eval.jsonl", map(to_line, eval_rows))
+        # the trainer evaluates shortest first (less padding), whatever the file's order
         build = lambda f: build_dataset(f, tokenizer, max_seq_len=args.seq, min_examples=1)  # noqa: E731
-        evals = build(eval_file)
-        evals.examples.sort(key=lambda e: len(e.input_ids))  # less padding; the loss is a sum over tokens
-        return build(train_file), evals, eval_rows
+        return build(train_file), build(eval_file), eval_rows
     if task == "code-alpaca":
         folder = DATA / "code-alpaca"
         read = lambda name, n: [json.loads(x) for x in (folder / name).read_text().splitlines()[:n]]  # noqa: E731
@@ -251,9 +266,7 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
         train_file = write_jsonl(work / "code_alpaca_train.jsonl", map(to_line, train_rows))
         eval_file = write_jsonl(work / "code_alpaca_eval.jsonl", map(to_line, eval_rows))
         build = lambda f: build_dataset(f, tokenizer, max_seq_len=args.seq, min_examples=1)  # noqa: E731
-        evals = build(eval_file)
-        evals.examples.sort(key=lambda e: len(e.input_ids))
-        return build(train_file), evals, None
+        return build(train_file), build(eval_file), None
     if task == "wikitext":
         lines = (DATA / "wikitext-2" / "valid.txt").read_text().splitlines(keepends=True)
         cut = int(len(lines) * 0.8)
@@ -267,33 +280,14 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
         held.examples = held.examples[: args.eval_examples]  # blocks of equal length: no padding
         return train, held, None
     if task == "hh-rlhf":
-        folder = DATA / "hh-rlhf-harmless"
-        counts = {}
-        for name, n, out in (("train.jsonl", args.train_examples, "hh_train.jsonl"),
-                             ("validation.jsonl", args.eval_examples, "hh_eval.jsonl")):
-            lines = (folder / name).read_text().splitlines()[:n]
-            write_jsonl(work / out, map(json.loads, lines))
-            counts[name] = len(lines)
-        build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1,  # noqa: E731
-                                        skip_invalid=True)
-        train, evals = build("hh_train.jsonl"), build("hh_eval.jsonl")
-        args.data_counts = {"train_pairs_read": counts["train.jsonl"], "train_pairs": len(train.examples) // 2,
-                            "eval_pairs_read": counts["validation.jsonl"], "eval_pairs": len(evals.examples) // 2}
+        train, evals, read = hh_datasets(work, tokenizer, args, "hh", lambda pair: pair)
+        args.data_counts = {"train_pairs_read": read[0], "train_pairs": len(train.examples) // 2,
+                            "eval_pairs_read": read[1], "eval_pairs": len(evals.examples) // 2}
         return train, evals, None
     if task == "hh-sft":
-        folder = DATA / "hh-rlhf-harmless"
-        counts = {}
-        for name, n, out in (("train.jsonl", args.train_examples, "hh_sft_train.jsonl"),
-                             ("validation.jsonl", args.eval_examples, "hh_sft_eval.jsonl")):
-            lines = (folder / name).read_text().splitlines()[:n]
-            write_jsonl(work / out, map(hh_preferred_to_chat, map(json.loads, lines)))
-            counts[name] = len(lines)
-        build = lambda f: build_dataset(work / f, tokenizer, max_seq_len=args.seq, min_examples=1,  # noqa: E731
-                                        skip_invalid=True)
-        train, evals = build("hh_sft_train.jsonl"), build("hh_sft_eval.jsonl")
-        evals.examples.sort(key=lambda e: len(e.input_ids))
-        args.data_counts = {"train_lines_read": counts["train.jsonl"], "train_examples": len(train.examples),
-                            "eval_lines_read": counts["validation.jsonl"], "eval_examples": len(evals.examples)}
+        train, evals, read = hh_datasets(work, tokenizer, args, "hh_sft", hh_preferred_to_chat)
+        args.data_counts = {"train_lines_read": read[0], "train_examples": len(train.examples),
+                            "eval_lines_read": read[1], "eval_examples": len(evals.examples)}
         return train, evals, None
     raise SystemExit(f"--task: unknown task {task!r} (gsm8k, code-alpaca, wikitext, hh-rlhf, hh-sft)")
 

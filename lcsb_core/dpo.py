@@ -255,18 +255,21 @@ class DPOObjective:
         return losses.sum()
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, batches, on_batch=None) -> PairTotals:
+    def evaluate(self, model: nn.Module, batches, on_batch=None, *, policy_is_reference: bool = False) -> PairTotals:
         """DPO loss, rewards and the preferred answers' token accuracy over `batches` of pairs, dropout
         off, without autograd; the model is back in train mode afterwards. `on_batch(n)` after the n-th
-        batch."""
+        batch. `policy_is_reference`: the caller knows the policy equals its reference (a run's step 0: a
+        fresh adapter is the identity, a continued run's reference is its starting adapter), so the
+        reference's forward is not run and its log-probabilities are the policy's: loss log 2 and rewards
+        0 by construction (a tie counts one half), at half the evaluation's forwards."""
         totals = PairTotals()
         model.eval()
         try:
             for n, batch in enumerate(batches, start=1):
-                ref = self.reference(model, batch, self.chunk_bytes)
                 hits: list[int] = []
                 with autocast_for(model):
                     policy = answer_logps(model, batch, chunk_bytes=self.chunk_bytes, hits=hits)
+                ref = policy if policy_is_reference else self.reference(model, batch, self.chunk_bytes)
                 totals.add(*dpo_losses(policy, ref, self.beta))
                 totals.chosen_tokens, totals.chosen_hits = totals.chosen_tokens + hits[0], totals.chosen_hits + hits[1]
                 if on_batch is not None:

@@ -284,12 +284,13 @@ class Trainer:
         model is the base model: returns True to measure it after the first optimizer step with the
         adapter disabled, the same numbers, and training starts sooner by one evaluation pass. An adapter
         that is not the identity (one passed in), and a DPO run (whose reference itself switches the adapter
-        off), are evaluated now (returns False)."""
+        off), are evaluated now (returns False); a DPO run's policy is its reference at step 0, so that
+        evaluation runs one forward per batch, not two (`DPOObjective.evaluate`'s `policy_is_reference`)."""
         if start != 0 or self.eval_dataset is None or not self.config.eval_at_start:
             return False
         if hasattr(self.model, "disable_adapter") and _adapter_is_identity(self.model) and self.objective is None:
             return True
-        self.evaluate(0)
+        self.evaluate(0, policy_is_reference=self.objective is not None)
         return False
 
     def _evaluate_base_model(self) -> bool:
@@ -303,10 +304,12 @@ class Trainer:
                 self._base_model_eval = False
         return False
 
-    def evaluate(self, step: int) -> EvalReport:
+    def evaluate(self, step: int, *, policy_is_reference: bool = False) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`),
         and with an `eval` section the graded scores (`EvalReport.graded`); callbacks get
-        `on_eval_progress` after each validation batch and `on_eval` at the end."""
+        `on_eval_progress` after each validation batch and `on_eval` at the end. `policy_is_reference`
+        (DPO runs only, the caller's knowledge): the model still equals its DPO reference, so the
+        reference forward is skipped (`DPOObjective.evaluate`)."""
         total = -(-self._units(self.eval_dataset) // self.config.batch_size)
         t0 = time.perf_counter()
         batches = self._batches(self.eval_dataset, epoch=0, shuffle=False, by_length=True)
@@ -316,7 +319,8 @@ class Trainer:
             totals = evaluate_batches(self.model, batches, on_batch=on_batch)
             loss, accuracy, targets = totals.mean_loss, totals.token_accuracy, totals.num_targets
         else:
-            pairs = self.objective.evaluate(self.model, batches, on_batch=on_batch)
+            pairs = self.objective.evaluate(self.model, batches, on_batch=on_batch,
+                                            policy_is_reference=policy_is_reference)
             loss, accuracy, targets = pairs.mean_loss, pairs.chosen_token_accuracy, pairs.chosen_tokens
             rewards = pairs.metrics("eval_")
         graded = ({} if self.graded is None else self.graded.evaluate(

@@ -198,3 +198,37 @@ def test_pair_batches_keep_pairs_whole_in_a_seeded_order():
     data.examples = examples[:3]
     with pytest.raises(ValueError, match="two examples per pair"):
         num_pairs(data)
+
+
+@pytest.mark.parametrize("start", ["fresh adapter", "continued adapter"])
+def test_step0_evaluation_skips_the_reference_forward_with_the_same_numbers(start):
+    """At a run's step 0 the policy is its reference (a fresh adapter is the identity; a continued run's
+    reference is its starting adapter): `policy_is_reference` gives the two-forward evaluation's numbers
+    (log 2, rewards 0, the same token accuracy) with one forward per batch."""
+    from lcsb_core.config import LoraSettings
+    from lcsb_core.lora import apply_lora
+    from tests.core.tiny import tiny_base
+
+    if start == "fresh adapter":
+        model = apply_lora(tiny_base(0, L), LoraSettings(rank=4, alpha=8), seed=0)
+        reference: AdapterOffReference = AdapterOffReference()
+    else:
+        model = tiny_lora(0, num_layers=L)
+        reference = FrozenAdapterReference.snapshot([p for p in model.parameters() if p.requires_grad])
+    objective = DPOObjective(BETA, reference)
+    batches = [pair_batch(3), pair_batch(4, pairs=3)]
+    calls = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda *_: calls.append(1))
+    try:
+        both = objective.evaluate(model, batches)
+        forwards_both = len(calls)
+        calls.clear()
+        one = objective.evaluate(model, batches, policy_is_reference=True)
+    finally:
+        hook.remove()
+    assert (forwards_both, len(calls)) == (4, 2)
+    assert one.mean_loss == pytest.approx(math.log(2)) and both.mean_loss == pytest.approx(math.log(2), abs=1e-6)
+    assert one.metrics() == pytest.approx(both.metrics(), abs=1e-6)
+    assert one.metrics()["rewards/accuracies"] == 0.5
+    assert (one.chosen_tokens, one.chosen_hits) == (both.chosen_tokens, both.chosen_hits)
+    assert model.training  # back in train mode

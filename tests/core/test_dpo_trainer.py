@@ -117,3 +117,24 @@ def test_a_dpo_run_that_names_no_rate_gets_dpos():
     sft = TrainConfig.from_dict({"data": {"train_file": "pairs"}, "lcsb": {"schedule": "tail"}})
     assert cfg.optim.learning_rate == cfg.peak_learning_rate == DPO_LEARNING_RATE
     assert sft.optim.learning_rate == default_learning_rate("tail") != DPO_LEARNING_RATE
+
+
+def test_step0_evaluation_runs_the_policy_alone_later_ones_the_reference_too(tmp_path, monkeypatch):
+    """A run's step-0 evaluation knows the policy is its reference (`policy_is_reference`: one forward a
+    batch, the same log 2); the evaluations after training run the reference forward."""
+    from lcsb_core.dpo import DPOObjective
+
+    seen = []
+    evaluate = DPOObjective.evaluate
+
+    def spy(self, model, batches, on_batch=None, *, policy_is_reference=False):
+        seen.append(policy_is_reference)
+        return evaluate(self, model, batches, on_batch, policy_is_reference=policy_is_reference)
+
+    monkeypatch.setattr(DPOObjective, "evaluate", spy)
+    t = trainer(config(tmp_path))
+    t.train()
+    assert seen == [True, False, False]
+    evals = rows(t, "eval")
+    assert evals[0]["eval_loss"] == pytest.approx(math.log(2)) and evals[0]["eval_rewards/accuracies"] == 0.5
+    assert evals[-1]["eval_rewards/margins"] > 0.1

@@ -384,14 +384,14 @@ class CachedStep0Trainer(Trainer):
     step0: EvalReport | None = None
     step0_report: EvalReport | None = None
 
-    def evaluate(self, step: int, *, policy_is_reference: bool = False) -> EvalReport:
+    def evaluate(self, step: int) -> EvalReport:
         if step == 0 and self.step0 is not None:
             report = self.step0
             self.run.eval_history.append(report)
             self.files.append(self.files.metrics, {"split": "eval", **report.to_dict()})
             self._emit("on_eval", report)
         else:
-            report = super().evaluate(step, policy_is_reference=policy_is_reference)
+            report = super().evaluate(step)
         if step == 0:
             self.step0_report = report
         return report

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lcsb_core.lora import causal_lm
+from lcsb_core.lora import adapter_is_identity, causal_lm
 from lcsb_core.loss import IGNORE_INDEX, _logits, autocast_for
 
 REWARD_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
@@ -182,6 +182,11 @@ class AdapterOffReference:
         """The context in which `model` computes the reference."""
         return model.disable_adapter()  # type: ignore[operator]
 
+    def matches(self, model: nn.Module) -> bool:
+        """True when `model` as it stands computes exactly the reference: its adapter is the identity (a
+        fresh adapter, every LoRA B zero), as at a fresh run's step 0."""
+        return adapter_is_identity(model)
+
     @torch.no_grad()
     def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], chunk_bytes: int = 0) -> torch.Tensor:
         was_training = model.training
@@ -207,6 +212,11 @@ class FrozenAdapterReference(AdapterOffReference):
     def snapshot(cls, params: list[nn.Parameter]) -> FrozenAdapterReference:
         """The reference holding `params`' current values."""
         return cls(params, [p.detach().clone() for p in params])
+
+    def matches(self, model: nn.Module) -> bool:
+        """True when the LoRA weights are still exactly the frozen starting ones, as at a continued run's
+        step 0."""
+        return all(torch.equal(p, w) for p, w in zip(self.params, self.weights, strict=True))
 
     @contextlib.contextmanager
     def context(self, model: nn.Module) -> Iterator[None]:
@@ -255,13 +265,13 @@ class DPOObjective:
         return losses.sum()
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, batches, on_batch=None, *, policy_is_reference: bool = False) -> PairTotals:
+    def evaluate(self, model: nn.Module, batches, on_batch=None) -> PairTotals:
         """DPO loss, rewards and the preferred answers' token accuracy over `batches` of pairs, dropout
         off, without autograd; the model is back in train mode afterwards. `on_batch(n)` after the n-th
-        batch. `policy_is_reference`: the caller knows the policy equals its reference (a run's step 0: a
-        fresh adapter is the identity, a continued run's reference is its starting adapter), so the
-        reference's forward is not run and its log-probabilities are the policy's: loss log 2 and rewards
-        0 by construction (a tie counts one half), at half the evaluation's forwards."""
+        batch. Where the policy equals its reference (`reference.matches`: a run's step 0, a fresh adapter
+        or a continued run's starting one), the reference's forward is not run and its log-probabilities
+        are the policy's: loss log 2 and rewards 0, as the two forwards give, at half the forwards."""
+        policy_is_reference = self.reference.matches(model)
         totals = PairTotals()
         model.eval()
         try:

@@ -73,3 +73,9 @@ def lora_parameters_by_layer(model: nn.Module) -> dict[int, list[nn.Parameter]]:
         for attr in module.adapter_layer_names:
             out[idx].extend(p for p in getattr(module, attr).parameters())
     return out
+
+
+def adapter_is_identity(model: nn.Module) -> bool:
+    """True when every LoRA B matrix (PEFT's `lora_B`, [out_features, r]) is zero, so that the adapted
+    model computes exactly what its base model computes."""
+    return all(not p.any() for name, p in model.named_parameters() if ".lora_B." in name)

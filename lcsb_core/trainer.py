@@ -25,7 +25,7 @@ from lcsb_core.config import TrainConfig
 from lcsb_core.errors import TrainingCancelled
 from lcsb_core.history import UpdateTracker, history_row
 from lcsb_core.init_adapter import initialise_from
-from lcsb_core.lora import decoder_layers
+from lcsb_core.lora import adapter_is_identity, decoder_layers
 from lcsb_core.loss import evaluate_batches
 from lcsb_core.memory_probe import MIB, FreeMemoryReleaser, c_allocator, peak_mib, reset_peak
 from lcsb_core.models.quantization import base_dtype
@@ -284,13 +284,13 @@ class Trainer:
         model is the base model: returns True to measure it after the first optimizer step with the
         adapter disabled, the same numbers, and training starts sooner by one evaluation pass. An adapter
         that is not the identity (one passed in), and a DPO run (whose reference itself switches the adapter
-        off), are evaluated now (returns False); a DPO run's policy is its reference at step 0, so that
-        evaluation runs one forward per batch, not two (`DPOObjective.evaluate`'s `policy_is_reference`)."""
+        off), are evaluated now (returns False); where a DPO run's policy still equals its reference, that
+        evaluation runs one forward per batch, not two (`DPOObjective.evaluate`)."""
         if start != 0 or self.eval_dataset is None or not self.config.eval_at_start:
             return False
-        if hasattr(self.model, "disable_adapter") and _adapter_is_identity(self.model) and self.objective is None:
+        if hasattr(self.model, "disable_adapter") and adapter_is_identity(self.model) and self.objective is None:
             return True
-        self.evaluate(0, policy_is_reference=self.objective is not None)
+        self.evaluate(0)
         return False
 
     def _evaluate_base_model(self) -> bool:
@@ -304,12 +304,10 @@ class Trainer:
                 self._base_model_eval = False
         return False
 
-    def evaluate(self, step: int, *, policy_is_reference: bool = False) -> EvalReport:
+    def evaluate(self, step: int) -> EvalReport:
         """Mean eval loss and token accuracy over the validation set (dropout off; `evaluate_batches`),
         and with an `eval` section the graded scores (`EvalReport.graded`); callbacks get
-        `on_eval_progress` after each validation batch and `on_eval` at the end. `policy_is_reference`
-        (DPO runs only, the caller's knowledge): the model still equals its DPO reference, so the
-        reference forward is skipped (`DPOObjective.evaluate`)."""
+        `on_eval_progress` after each validation batch and `on_eval` at the end."""
         total = -(-self._units(self.eval_dataset) // self.config.batch_size)
         t0 = time.perf_counter()
         batches = self._batches(self.eval_dataset, epoch=0, shuffle=False, by_length=True)
@@ -319,8 +317,7 @@ class Trainer:
             totals = evaluate_batches(self.model, batches, on_batch=on_batch)
             loss, accuracy, targets = totals.mean_loss, totals.token_accuracy, totals.num_targets
         else:
-            pairs = self.objective.evaluate(self.model, batches, on_batch=on_batch,
-                                            policy_is_reference=policy_is_reference)
+            pairs = self.objective.evaluate(self.model, batches, on_batch=on_batch)
             loss, accuracy, targets = pairs.mean_loss, pairs.chosen_token_accuracy, pairs.chosen_tokens
             rewards = pairs.metrics("eval_")
         graded = ({} if self.graded is None else self.graded.evaluate(
@@ -437,12 +434,6 @@ class Trainer:
     def _emit(self, hook: str, *args) -> None:
         for cb in self.callbacks:
             getattr(cb, hook)(*args)
-
-
-def _adapter_is_identity(model: torch.nn.Module) -> bool:
-    """True when every LoRA B matrix (PEFT's `lora_B`, [out_features, r]) is zero, so that the adapted
-    model computes exactly what its base model computes."""
-    return all(not p.any() for name, p in model.named_parameters() if ".lora_B." in name)
 
 
 def _names_of(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> list[str]:

@@ -200,11 +200,34 @@ def test_pair_batches_keep_pairs_whole_in_a_seeded_order():
         num_pairs(data)
 
 
+class TwoForwards:
+    """A reference that never claims to match the policy: `DPOObjective.evaluate` runs both forwards."""
+
+    def __init__(self, inner: AdapterOffReference):
+        self.inner = inner
+
+    def matches(self, model) -> bool:
+        return False
+
+    def __call__(self, model, batch, chunk_bytes=0):
+        return self.inner(model, batch, chunk_bytes)
+
+
+def counted_evaluate(objective: DPOObjective, model, batches) -> tuple[PairTotals, int]:
+    """`objective.evaluate` and the number of model forwards it ran (calls of the input embedding)."""
+    calls = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda *_: calls.append(1))
+    try:
+        return objective.evaluate(model, batches), len(calls)
+    finally:
+        hook.remove()
+
+
 @pytest.mark.parametrize("start", ["fresh adapter", "continued adapter"])
-def test_step0_evaluation_skips_the_reference_forward_with_the_same_numbers(start):
+def test_evaluation_where_the_policy_is_its_reference_skips_the_reference_forward(start):
     """At a run's step 0 the policy is its reference (a fresh adapter is the identity; a continued run's
-    reference is its starting adapter): `policy_is_reference` gives the two-forward evaluation's numbers
-    (log 2, rewards 0, the same token accuracy) with one forward per batch."""
+    reference is its starting adapter): `reference.matches`, and the evaluation gives the two-forward
+    numbers (log 2, rewards 0, the same token accuracy) with one forward per batch."""
     from lcsb_core.config import LoraSettings
     from lcsb_core.lora import apply_lora
     from tests.core.tiny import tiny_base
@@ -215,20 +238,30 @@ def test_step0_evaluation_skips_the_reference_forward_with_the_same_numbers(star
     else:
         model = tiny_lora(0, num_layers=L)
         reference = FrozenAdapterReference.snapshot([p for p in model.parameters() if p.requires_grad])
-    objective = DPOObjective(BETA, reference)
+    assert reference.matches(model)
     batches = [pair_batch(3), pair_batch(4, pairs=3)]
-    calls = []
-    hook = model.get_input_embeddings().register_forward_hook(lambda *_: calls.append(1))
-    try:
-        both = objective.evaluate(model, batches)
-        forwards_both = len(calls)
-        calls.clear()
-        one = objective.evaluate(model, batches, policy_is_reference=True)
-    finally:
-        hook.remove()
-    assert (forwards_both, len(calls)) == (4, 2)
+    both, forwards_both = counted_evaluate(DPOObjective(BETA, TwoForwards(reference)), model, batches)
+    one, forwards_one = counted_evaluate(DPOObjective(BETA, reference), model, batches)
+    assert (forwards_both, forwards_one) == (4, 2)
     assert one.mean_loss == pytest.approx(math.log(2)) and both.mean_loss == pytest.approx(math.log(2), abs=1e-6)
     assert one.metrics() == pytest.approx(both.metrics(), abs=1e-6)
     assert one.metrics()["rewards/accuracies"] == 0.5
     assert (one.chosen_tokens, one.chosen_hits) == (both.chosen_tokens, both.chosen_hits)
     assert model.training  # back in train mode
+
+
+@pytest.mark.parametrize("reference_kind", ["adapter off", "frozen start"])
+def test_evaluation_where_the_policy_differs_runs_the_reference(reference_kind):
+    """An adapter that is not the identity against the adapter-off reference, or one trained away from its
+    frozen start: no match, both forwards, and the loss is not log 2."""
+    model, sel, opt, sched, params = setup("full")  # tiny_lora: every LoRA B away from zero
+    if reference_kind == "adapter off":
+        reference: AdapterOffReference = AdapterOffReference()
+    else:
+        reference = FrozenAdapterReference.snapshot(params)
+        with torch.no_grad():
+            params[-1].add_(0.1)
+    assert not reference.matches(model)
+    totals, forwards = counted_evaluate(DPOObjective(BETA, reference), model, [pair_batch(3), pair_batch(4)])
+    assert forwards == 4
+    assert abs(totals.mean_loss - math.log(2)) > 1e-4

@@ -8,7 +8,7 @@ per dataset (eval loss against seconds, one line per schedule).
         --step-time bench/results/step_time_split_cpu.json --plots bench/plots
 
 Each folder under the results folder is one dataset (its runs: `bench/quality.py` result files). The
-lower-layer share is the product's own arithmetic (`lcsb_core.schedules.SwitchSchedule.lower_share` over
+lower-layer share is the product's own arithmetic (`lcsb_core.training.schedules.SwitchSchedule.lower_share` over
 the first `PROBE_STEPS` steps' per-layer gradient norms, which a full-depth run's result file records).
 Time is counted as steps times each schedule's quiet step time from the `bench/step_time.py` tables (full
 backprop = 1; an `auto` run: its probe steps at full's time, the rest at the time of the schedule it chose),
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common.curves import eval_at, eval_of, load_runs
 from bench.common.results import read_rows
 from bench.schedule_decision import label_of, speed_vs_full
-from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_THRESHOLD, SWITCH_TO
-from lcsb_core.schedules import DEFAULT_FRACTION, PureSchedule, SwitchSchedule, make_schedule
+from lcsb_core.training.default_schedule import PROBE_STEPS, SWITCH_THRESHOLD, SWITCH_TO
+from lcsb_core.training.schedules import DEFAULT_FRACTION, PureSchedule, SwitchSchedule, make_schedule
 
 KEEP = 0.95
 """The share of full backprop's eval-loss gain `auto` must keep (issue 47)."""

@@ -1,5 +1,5 @@
 """Batched generation on the serving engine (issue 46): aggregate tokens/s of N sequences that share an
-adapter decoded together (`lcsb_core.llama_batch.BatchDecoder`, what graded evaluation runs) against the
+adapter decoded together (`lcsb_core.inference.llama_batch.BatchDecoder`, what graded evaluation runs) against the
 same prompts one sequence at a time (what a serving worker does), same threads, side by side in one
 process, rounds interleaved. Greedy; the answers are checked equal token for token.
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.paths import DATA
 from lcsb_core.inference import SamplingParams
-from lcsb_core.llama_engine import LlamaEngine
+from lcsb_core.inference.llama_engine import LlamaEngine
 from lcsb_core.models.gguf_import import ensure_model, serving_gguf
 
 

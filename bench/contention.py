@@ -9,7 +9,7 @@ a competing process, for several thread and OpenMP settings ("knobs"), side by s
         --knobs "default;auto"
 
 The step: SmolLM2-135M-Instruct (the catalog's) in NF4, LoRA r16 on the seven projections, the default
-schedule `topfull/4` (`--schedule`), AdamW, `lcsb_core.step.run_step` on batches of `--batch` x `--seq`
+schedule `topfull/4` (`--schedule`), AdamW, `lcsb_core.training.step.run_step` on batches of `--batch` x `--seq`
 tokens: the first GSM8K training examples (`../shared/data/gsm8k/train.jsonl`) as chat, loss on the
 answers, truncated to `--seq` tokens and padded to exactly `--seq`. A timed chunk is `--steps` steps (4: one
 whole `topfull/4` cycle, three top-quarter steps and one full), always the same steps on the same batches,
@@ -304,9 +304,9 @@ def train_role(args, *, forever: bool) -> None:
     if knob.interop:
         torch.set_num_interop_threads(knob.interop)
     from bench.common.bare_step import bare_model, schedule_of
-    from lcsb_core.memory_probe import FreeMemoryReleaser
     from lcsb_core.models.loading import load_tokenizer, resolve_model_path
-    from lcsb_core.step import run_step
+    from lcsb_core.training.memory_probe import FreeMemoryReleaser
+    from lcsb_core.training.step import run_step
 
     device = torch.device("cpu")
     folder = resolve_model_path(args.model)

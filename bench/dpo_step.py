@@ -7,7 +7,7 @@ One batch of `--pairs` real preference pairs (the first pairs of ../shared/data/
 whose two sides fit in `--seq` tokens), SmolLM2-135M-Instruct NF4 with a fresh LoRA r16/alpha 32 on all
 seven projections, AdamW. Modes, each a whole cycle of its schedule (`tail`: 4 steps, so every step of
 its cycle is in the mean):
-- `dpo <schedule>`: `lcsb_core.step.run_step` with the DPO objective (the reference forward without
+- `dpo <schedule>`: `lcsb_core.training.step.run_step` with the DPO objective (the reference forward without
   autograd, adapter off, then the policy's forward and backward over both answers of each pair);
 - `sft <schedule>`: `run_step` with the language-model loss on the very same rows (2 x pairs rows, the same
   tokens and the same target tokens: each pair's two answers), the supervised step a DPO step is compared
@@ -48,12 +48,12 @@ from bench.common.paths import DATA
 from bench.common.timing import interleave, round_ratio
 from lcsb_core.data import build_dataset
 from lcsb_core.data.pairs import iter_pair_batches
-from lcsb_core.dpo import AdapterOffReference, DPOObjective
-from lcsb_core.memory_probe import MIB
 from lcsb_core.models.loading import load_tokenizer, resolve_model_path
 from lcsb_core.models.quantization import compute_dtype
-from lcsb_core.schedules import make_schedule
-from lcsb_core.step import run_step
+from lcsb_core.training.dpo import AdapterOffReference, DPOObjective
+from lcsb_core.training.memory_probe import MIB
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.step import run_step
 
 
 def pair_batch(tokenizer, pairs: int, seq: int, work: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:

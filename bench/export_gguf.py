@@ -51,8 +51,8 @@ def rows(split: str, start: int, count: int) -> list[dict]:
 
 
 def train(tmp: Path, model: str, examples: list[dict], steps: int) -> Path:
-    from lcsb_core.config import TrainConfig
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training.config import TrainConfig
+    from lcsb_core.training.trainer import Trainer
 
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in examples))

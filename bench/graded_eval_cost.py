@@ -73,12 +73,12 @@ def main() -> None:
     started, load_before = datetime.now(UTC), list(os.getloadavg())
     import torch
 
-    from lcsb_core.callbacks import StepReport, TrainerCallback
-    from lcsb_core.config import TrainConfig
     from lcsb_core.data import gsm8k_to_chat
     from lcsb_core.eval.generate import generate_answers
     from lcsb_core.eval.samples import read_samples
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training.callbacks import StepReport, TrainerCallback
+    from lcsb_core.training.config import TrainConfig
+    from lcsb_core.training.trainer import Trainer
 
     if args.threads:
         torch.set_num_threads(args.threads)

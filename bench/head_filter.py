@@ -1,4 +1,4 @@
-"""The chunked LM head's gradient filtering (`lcsb_core.loss.filtered_chunk`, Cut Cross-Entropy's idea):
+"""The chunked LM head's gradient filtering (`lcsb_core.training.loss.filtered_chunk`, Cut Cross-Entropy's idea):
 on a real NF4 base with a fresh LoRA adapter and real GSM8K prompt/completion batches, the relative error
 of the hidden states' gradient and of the LoRA gradients against the exact chunked head, the share of
 vocabulary blocks skipped, and the head's time (the chunked head's forward, which takes each chunk's
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import torch
 
-from lcsb_core.config import LoraSettings
-from lcsb_core.lora import apply_lora, causal_lm
-from lcsb_core.loss import IGNORE_INDEX, HeadLossSum, autocast_for, filtered_chunk, lm_loss_sums
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_model_path
+from lcsb_core.models.modules import autocast_for, causal_lm
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.loss import IGNORE_INDEX, HeadLossSum, filtered_chunk, lm_loss_sums
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gsm8k" / "train.jsonl"
 

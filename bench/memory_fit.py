@@ -1,4 +1,4 @@
-"""Measured CPU peaks against `lcsb_core.memory`'s estimate for every configuration of
+"""Measured CPU peaks against `lcsb_core.training.memory`'s estimate for every configuration of
 `bench.common.peak_probe.CONFIGS`, unchunked and with the chunked LM head (16 MiB chunks), in each
 compute dtype this CPU has: bf16 where it has AVX512-BF16 (`lcsb_core.models.quantization`), and fp32
 (forced with `LCSB_CPU_FP32_COMPUTE=1`, the path of a CPU without bf16 units). The data behind the
@@ -70,7 +70,7 @@ def main() -> None:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: per row the measured peak (MiB), the estimate of `lcsb_core.memory` as it is now (the rows
+    """Markdown: per row the measured peak (MiB), the estimate of `lcsb_core.training.memory` as it is now (the rows
     store the one of their run) and their ratio, then per compute dtype the ratios' range and median."""
     import statistics
 

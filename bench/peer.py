@@ -15,7 +15,7 @@ else fp32; LoRA r 16, alpha 32, no dropout, on q/k/v/o/gate/up/down; no gradient
   bf16 autocast where the compute dtype is bf16; no `prepare_model_for_kbit_training`, whose defaults
   turn on gradient checkpointing and upcast the norms and embeddings to fp32). Its loss is the model's
   own: logits for every position, cross-entropy over the shifted labels.
-- `full`: our bare step (`lcsb_core.step.run_step`, what bench/step_time.py times) with every layer.
+- `full`: our bare step (`lcsb_core.training.step.run_step`, what bench/step_time.py times) with every layer.
 - `topfull/4`: the default schedule (top 8 of 30 layers, all 30 every 4th step), bare steps.
 
 What is timed, the same thing for all three: one optimizer step on the batch = forward, loss, backward,
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common.bare_step import bare_cycle, bare_model, random_batch
 from bench.common.hf_peer import inner_loop_step, peft_peer_model
 from bench.common.timing import add_interleaved_bench_args, interleave, round_ratio
-from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import resolve_model_path
 from lcsb_core.models.quantization import base_dtype, compute_dtype
+from lcsb_core.training.memory_probe import current_mib, release_free_memory
 
 PEER = "hf-peer"
 

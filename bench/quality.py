@@ -48,7 +48,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -61,33 +60,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.paths import DATA
 from bench.common.results import write_result
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import build_dataset, gsm8k_to_chat
-from lcsb_core.loss import autocast_for
+from lcsb_core.eval.graders import grade_all, parse_graders
 from lcsb_core.models.loading import load_tokenizer, resolve_model_path
+from lcsb_core.models.modules import autocast_for
 from lcsb_core.models.quantization import compute_dtype
-from lcsb_core.setup import load_components
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.setup import load_components
+from lcsb_core.training.trainer import Trainer
 
-ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+# GSM8K exact match, scored by the product's graders (`lcsb_core.eval.graders`, what a job's `eval.graders`
+# runs): `final_line`, the answer has GSM8K's final-answer line (`####` and a number right after it), and
+# `numeric`, the product's numeric grader (the number after `####`, as a number, against the reference's).
+# An answer is correct when both give 1.0: what this benchmark's own `####` regex scored until 2026-12-06
+# (bench/LOG.md has the answers the two read differently).
+GSM8K_GRADERS = parse_graders([{"type": "regex", "name": "final_line", "pattern": r"####\s*[-+\u2212]?\$?\.?\d"},
+                               {"type": "numeric"}], "bench.quality.GSM8K_GRADERS")
 
 
-def extract_answer(text: str) -> str | None:
-    """The number after the first `####` in a GSM8K-style answer, commas removed; None if absent
-    (the official GSM8K scoring: openai/grade-school-math, `extract_answer`)."""
-    m = ANSWER.search(text)
-    return m.group(1).replace(",", "") if m else None
+def first_final_answer(text: str) -> str:
+    """`text` up to its second `####`: a model that goes on past its final-answer line (another question, a
+    second `####`) is graded on its first one, as the benchmark always did (the numeric grader reads the
+    last `####`)."""
+    head, mark, rest = text.partition("####")
+    return head + mark + rest.split("####", 1)[0]
 
 
-def answers_match(predicted: str | None, reference: str | None) -> bool:
-    """Exact match of two extracted answers as numbers (`"18"` == `"18.0"`); False if either is None."""
-    if predicted is None or reference is None:
-        return False
-    try:
-        return float(predicted) == float(reference)
-    except ValueError:
-        return predicted == reference
+def gsm8k_grades(answers: list[str], references: list[str]) -> tuple[list[bool], dict[str, float]]:
+    """Each generated answer scored against its GSM8K reference answer by `GSM8K_GRADERS` (on
+    `first_final_answer`): (correct per answer: every grader gave 1.0, each grader's mean score
+    {`grader/<name>`: mean})."""
+    grades, means = grade_all(GSM8K_GRADERS, [first_final_answer(a) for a in answers], references)
+    return [min(row.values()) == 1.0 for row in grades], means
 
 
 @dataclass(frozen=True)
@@ -294,15 +299,16 @@ def prepare_task(task: str, tokenizer, args) -> tuple:
 
 @torch.no_grad()
 def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_tokens: int) -> dict:
-    """Greedy-decode each GSM8K question (chat template, generation prompt) and score the `####` answer.
-    Returns accuracy, the count, and the first few generations."""
+    """Greedy-decode each GSM8K question (chat template, generation prompt) and score its `####` answer with
+    the product's graders (`gsm8k_grades`). Returns accuracy, the count, each grader's mean
+    (`exact_match_graders`), and the first few generations."""
     model.eval()
     tokenizer.padding_side = "left"
     eos = [tokenizer.eos_token_id]
     if tokenizer.chat_template:
         eos.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    samples: list[dict] = []
-    correct, t0 = 0, time.perf_counter()
+    answers: list[str] = []
+    t0 = time.perf_counter()
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         if tokenizer.chat_template:
@@ -314,15 +320,13 @@ def exact_match(model, tokenizer, rows: list[dict], *, batch_size: int, max_new_
         with autocast_for(model):
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
                                  pad_token_id=tokenizer.pad_token_id)
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        for row, text in zip(chunk, texts, strict=True):
-            ok = answers_match(extract_answer(text), extract_answer(row["answer"]))
-            correct += ok
-            if len(samples) < 3:
-                samples.append({"question": row["question"][:200], "generated": text[-300:], "correct": ok})
+        answers += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     model.train()
-    return {"exact_match": correct / len(rows), "exact_match_correct": correct, "exact_match_n": len(rows),
-            "exact_match_seconds": time.perf_counter() - t0, "samples": samples}
+    oks, means = gsm8k_grades(answers, [row["answer"] for row in rows])
+    samples = [{"question": row["question"][:200], "generated": text[-300:], "correct": ok}
+               for row, text, ok in list(zip(rows, answers, oks, strict=True))[:3]]
+    return {"exact_match": sum(oks) / len(rows), "exact_match_correct": sum(oks), "exact_match_n": len(rows),
+            "exact_match_graders": means, "exact_match_seconds": time.perf_counter() - t0, "samples": samples}
 
 
 def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
@@ -372,7 +376,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
 
 def layer_grad_norms(run_dir: Path) -> list[list[float | None]]:
     """Per optimizer step, each decoder layer's LoRA gradient L2 norm (None where the layer was not
-    trained that step), from the run's `selection_history.jsonl` (`lcsb_core.history`): what issue 47's
+    trained that step), from the run's `selection_history.jsonl` (`lcsb_core.training.history`): what issue 47's
     lower-layer share is computed from (`bench/quality_report.py shares`)."""
     path = run_dir / "selection_history.jsonl"
     return [json.loads(line)["grad_norm"] for line in path.read_text().splitlines() if line.strip()]

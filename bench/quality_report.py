@@ -296,7 +296,7 @@ def main(argv=None) -> None:
                                f"SmolLM2-135M NF4, {args.table}: eval loss vs step and vs training time"))
         cyc = next((r for r in runs if r["spec"]["schedule"] == "cyclic" and r["spec"]["seed"] == 0), None)
         if cyc and (Path(cyc["run_dir"]) / "selection_history.jsonl").exists():
-            from lcsb_core.plots import plot_selection_heatmap
+            from lcsb_core.training.plots import plot_selection_heatmap
 
             print(plot_selection_heatmap(Path(cyc["run_dir"]) / "selection_history.jsonl",
                                          plots / f"{args.table}_selection_heatmap.png"))

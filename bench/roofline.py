@@ -50,10 +50,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.bare_step import bare_model, random_batch
-from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.models.loading import resolve_model_path
+from lcsb_core.models.modules import autocast_for
 from lcsb_core.models.quantization import compute_dtype, cpu_has_native_bf16
 from lcsb_core.models.shapes import projection_shapes
+from lcsb_core.training.loss import lm_loss_sums
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

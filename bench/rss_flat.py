@@ -2,7 +2,7 @@
 
 `malloc_trim` was added to the step loop because batches of varying shapes fragment glibc's heap and
 the resident set (RSS) grew step after step. Issue 14 replaced the trim after every step with
-`lcsb_core.memory_probe.FreeMemoryReleaser` (a trim only when RSS has grown past 1.25x the highest
+`lcsb_core.training.memory_probe.FreeMemoryReleaser` (a trim only when RSS has grown past 1.25x the highest
 level of the run's first 8 steps). This bench checks that the fix still holds, against the two
 alternatives, side by side:
 
@@ -17,7 +17,7 @@ alternatives, side by side:
 `-chunk4` of BENCHMARKS.md 1h were a finished experiment: bench/LOG.md, last in commit f538568.)
 
 Each mode is one child process of one torch thread (all modes run at once, so they share the machine
-alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.trainer.Trainer` on real GSM8K chat
+alike), training SmolLM2-135M-Instruct NF4 through `lcsb_core.training.trainer.Trainer` on real GSM8K chat
 examples (batch 4, padded to the longest example of each batch, so the batch shape [4, tokens] changes
 every step), the default schedule, lr 2e-4, no evaluation. After every optimizer step it records RSS
 (MiB, /proc/self/status VmRSS), the step's peak RSS (the trainer's `peak_memory_mib`: VmHWM, reset
@@ -62,12 +62,12 @@ def child(args) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from lcsb_core import memory_probe
-    from lcsb_core.callbacks import StepReport, TrainerCallback
-    from lcsb_core.config import TrainConfig
     from lcsb_core.data import build_dataset, gsm8k_to_chat
-    from lcsb_core.setup import load_components
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training import memory_probe
+    from lcsb_core.training.callbacks import StepReport, TrainerCallback
+    from lcsb_core.training.config import TrainConfig
+    from lcsb_core.training.setup import load_components
+    from lcsb_core.training.trainer import Trainer
 
     class Never(memory_probe.FreeMemoryReleaser):
         def after_step(self, rss_mib=None) -> bool:

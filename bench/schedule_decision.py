@@ -57,7 +57,7 @@ def decision(runs: list[dict], steps: int, step_rows: list[dict],
     other jobs sharing the machine during the grid do not enter. Returns the rows and the default by
     the rule: lowest equal-time eval loss among schedules >= `SPEED_RULE`x faster; on a model where none
     is (Gemma-3-270M, whose LM head every schedule runs in full), among the schedules faster than full
-    backprop (`lcsb_core.default_schedule`). A schedule without an equal-time value cannot be chosen."""
+    backprop (`lcsb_core.training.default_schedule`). A schedule without an equal-time value cannot be chosen."""
     by_label: dict[str, dict[float, dict]] = defaultdict(dict)
     for r in runs:
         if r["spec"]["momentum"] and not r["spec"]["repacking"] and eval_at(r, steps):

@@ -3,7 +3,7 @@ here (bench/export_gguf.py's `train`: GSM8K, LoRA r16 alpha 32 on the seven proj
 side by side in one process, interleaved round by round so a shared machine's load falls on all alike:
 
 - `llama_cpp_base`: llama-cpp-python's own `Llama.generate` on the catalog's base GGUF, no adapter;
-- `llama_engine`: our engine (`lcsb_core.llama_engine.LlamaEngine`) with the job's adapter;
+- `llama_engine`: our engine (`lcsb_core.inference.llama_engine.LlamaEngine`) with the job's adapter;
 - `transformers`: the fallback (`lcsb_core.inference.InferenceEngine`, fp32, LoRA unmerged) with it.
 
 Each: decode tokens/s = (tokens - 1) / (time of the last token - time of the first), TTFT for a 100-token
@@ -62,15 +62,16 @@ def speed(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, *, tokens:
     import torch
     from llama_cpp import Llama
 
-    from lcsb_core.inference import InferenceEngine, SamplingParams
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference import AdapterRef, InferenceEngine, SamplingParams
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     torch.set_num_threads(threads)
     ours = LlamaEngine(model_dir, gguf, lora_dir=lora_dir, threads=threads)
     ids = ours.text_prompt(PROMPT)[:100]
     params = SamplingParams(max_new_tokens=tokens, temperature=0)
+    ref = AdapterRef.of(adapter)
     t0 = time.perf_counter()
-    next(iter(ours.stream(ids, adapter, params)))
+    next(iter(ours.stream(ids, ref, params)))
     out: dict = {"prompt_tokens": len(ids), "first_request_ttft_s": time.perf_counter() - t0}
     raw = Llama(model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=1024, verbose=False)
     hf = InferenceEngine(model_dir)
@@ -82,7 +83,7 @@ def speed(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, *, tokens:
                 return
 
     def ours_run() -> Iterator[str]:
-        run = ours.stream(ids, adapter, params)
+        run = ours.stream(ids, ref, params)
         yield from run
         made.append(run.completion_tokens)
 
@@ -90,7 +91,7 @@ def speed(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, *, tokens:
     runs: dict[str, tuple[Callable[[], None], Callable[[], Iterator[Any]]]] = {
         "llama_cpp_base": (raw.reset, raw_run),
         "llama_engine": (lambda: None, ours_run),   # every request prefills its whole prompt
-        "transformers": (lambda: None, lambda: iter(hf.stream(ids, adapter, params))),
+        "transformers": (lambda: None, lambda: iter(hf.stream(ids, ref, params))),
     }
     stats: dict[str, dict[str, list[float]]] = {k: {"rate": [], "uncached": [], "cached": []} for k in runs}
     for i in range(rounds + 1):
@@ -147,23 +148,24 @@ def fidelity(model_dir: Path, gguf: Path, adapter: Path, lora_dir: Path, prompts
     import torch
 
     from lcsb_core.export.fidelity import measure
-    from lcsb_core.inference import SamplingParams, adapter_hash
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference import AdapterRef, SamplingParams
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     torch.set_num_threads(threads)
     ours = LlamaEngine(model_dir, gguf, lora_dir=lora_dir, threads=threads)
     refs = peft_greedy(model_dir, adapter, prompts, new_tokens=new_tokens, end_ids=ours.end_token_ids)
 
-    def greedy(prompt: list[int], adapter_dir: Path | None) -> list[int]:
-        run = ours.stream(prompt, adapter_dir, SamplingParams(max_new_tokens=new_tokens, temperature=0))
+    def greedy(prompt: list[int], ref: AdapterRef | None) -> list[int]:
+        run = ours.stream(prompt, ref, SamplingParams(max_new_tokens=new_tokens, temperature=0))
         "".join(run)
         return run.tokens
 
-    mine = [greedy(prompt, adapter) for prompt in prompts]
+    ref = AdapterRef.of(adapter)
+    mine = [greedy(prompt, ref) for prompt in prompts]
     differs_from_base = sum(greedy(prompt, None) != tokens for prompt, tokens in zip(prompts, mine, strict=True))
     share, identical = agreement(refs, mine)
     forced = measure(model_dir, adapter, prompts, new_tokens=new_tokens, base_gguf=gguf, n_threads=threads,
-                     variants={"adapter": (gguf, lora_dir / f"{adapter_hash(adapter)}.gguf")})["adapter"]
+                     variants={"adapter": (gguf, lora_dir / f"{ref.sha256}.gguf")})["adapter"]
     return {"prompts": len(prompts), "new_tokens": new_tokens, "free_running_position_agreement": share,
             "identical_answers": identical, "answers_differing_from_base": differs_from_base,
             "teacher_forced": forced.to_dict()}

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.results import write_result
-from lcsb_core.inference import InferenceEngine, SamplingParams
+from lcsb_core.inference import AdapterRef, InferenceEngine, SamplingParams
 from lcsb_core.models.gguf_import import ensure_default_model
 
 PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -44,8 +44,8 @@ PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold h
 def make_adapter(base: Path, out: Path) -> Path:
     from peft import LoraConfig, get_peft_model
 
-    from lcsb_core.config import LORA_TARGETS_ALL
     from lcsb_core.models.loading import load_base_model
+    from lcsb_core.training.config import LORA_TARGETS_ALL
 
     torch.manual_seed(0)
     model = get_peft_model(load_base_model(base, quantization="fp32", device=torch.device("cpu")),
@@ -75,7 +75,7 @@ def engine_numbers(base: Path, adapter: Path, tokens: int, rounds: int) -> dict:
     ids = prompt_ids(engine)
     params = SamplingParams(max_new_tokens=tokens, temperature=0)
     out: dict = {"prompt_tokens": len(ids)}
-    for name, ad in (("adapter", adapter), ("base", None)):
+    for name, ad in (("adapter", AdapterRef.of(adapter)), ("base", None)):
         ttfts, rates = [], []
         for i in range(rounds + 1):
             run = engine.stream(ids, ad, params)
@@ -177,7 +177,7 @@ def compare_numbers(adapter: Path, tokens: int, rounds: int, threads: int) -> di
     params = SamplingParams(max_new_tokens=tokens, temperature=0)
     merged = PeftModel.from_pretrained(copy.deepcopy(engine.base), str(adapter)).merge_and_unload().eval()
     runs: dict[str, Any] = {"base": lambda: engine.stream(ids, None, params),
-                            "lora_unmerged": lambda: engine.stream(ids, adapter, params),
+                            "lora_unmerged": lambda: engine.stream(ids, AdapterRef.of(adapter), params),
                             "lora_merged": lambda: Generation(engine, merged, ids, params, lambda: False)}
     try:
         from llama_cpp import Llama

@@ -42,9 +42,10 @@ from bench.common.allocator import retain_freed_memory
 from bench.common.bare_step import bare_cycle, bare_model, random_batch, schedule_of, token_options
 from bench.common.results import read_rows
 from bench.common.timing import interleave, round_ratio
-from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory_probe import MIB, c_allocator, current_mib, release_free_memory
 from lcsb_core.models.loading import resolve_model_path
+from lcsb_core.models.modules import autocast_for
+from lcsb_core.training.loss import lm_loss_sums
+from lcsb_core.training.memory_probe import MIB, c_allocator, current_mib, release_free_memory
 
 # Shapes of on-device models (Llama-architecture configs; random weights).
 SHAPES: dict[str, dict[str, Any]] = {

@@ -39,9 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.probe_model import DATA, nf4_lora_with_random_b, smollm2_tokenizer_and_path
 from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches
-from lcsb_core.loss import IGNORE_INDEX, autocast_for, lm_loss_sums
-from lcsb_core.schedules import CyclicSchedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
+from lcsb_core.models.modules import autocast_for
+from lcsb_core.training.loss import IGNORE_INDEX, lm_loss_sums
+from lcsb_core.training.schedules import CyclicSchedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
 
 
 def setting_batches(name: str, tokenizer, n: int, scratch: Path) -> list[dict[str, torch.Tensor]]:

@@ -1,4 +1,4 @@
-"""What the loop around a step costs: the bare step against the same steps through `lcsb_core.trainer.Trainer`
+"""What the loop around a step costs: the bare step against the same steps through `lcsb_core.training.trainer.Trainer`
 (issue 14, item 2), interleaved in one process on the same model, batch, schedule and optimizer.
 
     # the full measurement (CPU, SmolLM2-135M-Instruct NF4, batch 4 x 256, all cores), once per schedule:
@@ -13,7 +13,7 @@
 
 Modes (each round runs one whole cycle of each, order rotated: bench/step_time.py `interleave`):
 
-- (a) `bare`: `lcsb_core.step.run_step` alone (what bench/step_time.py times): forward, loss, backward,
+- (a) `bare`: `lcsb_core.training.step.run_step` alone (what bench/step_time.py times): forward, loss, backward,
   clipping, AdamW step.
 - (b) `trainer`: `Trainer.train()` with its callbacks, run in a helper thread that pauses inside the
   step callback (`on_step`, the last thing of a step's reporting) until the main thread asks for the next
@@ -63,14 +63,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.bare_step import bare_cycle, schedule_of
 from bench.common.timing import add_interleaved_bench_args, interleave, round_ratio
-from lcsb_core.callbacks import StepReport, TrainerCallback
-from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
 from lcsb_core.data.batching import collate
-from lcsb_core.lora import apply_lora
-from lcsb_core.memory_probe import current_mib, release_free_memory
 from lcsb_core.models.loading import load_base_model, resolve_model_path
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import StepReport, TrainerCallback
+from lcsb_core.training.config import LoraSettings, TrainConfig
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.memory_probe import current_mib, release_free_memory
+from lcsb_core.training.trainer import Trainer
 from lcsb_service import transitions
 from lcsb_service.db import Database
 from lcsb_service.devserver import migrate

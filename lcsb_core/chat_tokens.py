@@ -238,3 +238,17 @@ def encode_chat(tokenizer: Any, messages: Sequence[dict[str, Any]], template: st
     chat = render_chat(tokenizer, messages, template, add_generation_prompt)
     [ids] = token_pieces(tokenizer, chat)
     return ids
+
+
+def no_chat_template_message(name: str) -> str:
+    """Why chat data cannot train on the model `name` (its tokenizer has no chat template)."""
+    return (f"the base model's tokenizer ({name}) has no chat template, so chat data cannot be rendered; "
+            "use text ({\"text\"}) or prompt/completion ({\"prompt\", \"completion\"}) data, or a model "
+            "with a chat template")
+
+
+def chat_template_error(tokenizer: Any) -> str | None:
+    """A plain message when `tokenizer` cannot render chat data (no chat template), else None."""
+    if getattr(tokenizer, "chat_template", None):
+        return None
+    return no_chat_template_message(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)

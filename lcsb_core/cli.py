@@ -19,9 +19,9 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
-from lcsb_core.config import TrainConfig
 from lcsb_core.errors import LCSBError
+from lcsb_core.training.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
+from lcsb_core.training.config import TrainConfig
 
 
 def _quiet() -> None:
@@ -87,7 +87,7 @@ def train(config: Path = typer.Argument(..., exists=True, help="YAML job spec"),
           set_: list[str] = typer.Option([], "--set", help="override a field, e.g. --set lcsb.k=4"),
           resume: bool = typer.Option(False, help="resume from the latest checkpoint in output_dir")) -> None:
     """Train a LoRA adapter with LCSB and print where the outputs are."""
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training.trainer import Trainer
 
     _quiet()
     try:
@@ -170,7 +170,7 @@ def export(run_dir: Path = typer.Argument(..., exists=True, file_okay=False, hel
 def estimate_memory(config: Path = typer.Argument(..., exists=True),
                     set_: list[str] = typer.Option([], "--set")) -> None:
     """Predicted peak memory of a job (MiB), by component."""
-    from lcsb_core.memory import estimate_for_config
+    from lcsb_core.training.memory import estimate_for_config
 
     try:
         est = estimate_for_config(load_config(config, set_))

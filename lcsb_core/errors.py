@@ -13,6 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
+def require(condition: bool, field: str, message: str, mentions: tuple[str, ...] = ()) -> None:
+    """The settings' one check helper: nothing when `condition` holds.
+
+    Raises:
+        ConfigError: `field` and `message` (other fields as `{name}` placeholders, listed in `mentions`).
+    """
+    if not condition:
+        raise ConfigError(field, message, mentions=mentions)
+
+
 class LCSBError(Exception):
     """Base class; `code` is a short machine-readable reason, `field` the config field or request
     file it concerns (None: none in particular)."""

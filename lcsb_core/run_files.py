@@ -2,7 +2,7 @@
 
     <run>/config.json              resolved TrainConfig + model facts
     <run>/metrics.jsonl, .csv      train rows ("split": "train") and eval rows ("split": "eval")
-    <run>/selection_history.jsonl  one row per optimizer step (see lcsb_core.history)
+    <run>/selection_history.jsonl  one row per optimizer step (see lcsb_core.training.history)
     <run>/checkpoints/step-<N>/    PEFT adapter + trainer_state.pt, every `save_every` steps and after the
                                    last step that ran (also when early stopping ended the run)
     <run>/adapter/                 the delivered PEFT adapter (adapter_config.json + adapter_model.safetensors):

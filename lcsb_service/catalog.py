@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lcsb_core.config import QUANTIZATIONS
 from lcsb_core.models.catalog import CatalogEntry, catalog_entry
 from lcsb_core.models.identity import public_model_id
 from lcsb_core.models.shapes import parameter_count
+from lcsb_core.training.config import QUANTIZATIONS
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")  # a folder name, never a path
 REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")

@@ -1,17 +1,16 @@
 """A job request's hyperparameters, resolved: OpenAI's two places for them (top level, or the method's
 own: `method.supervised.hyperparameters` or `method.dpo.hyperparameters`, by `method.type`), and its
 "auto" values (`n_epochs` by OpenAI's rule from the example count, `batch_size` from `Settings`,
-`learning_rate_multiplier` 1 times the job's base learning rate: `Settings.base_learning_rate` when an
-operator sets it, else the core's measured rule for the job's schedule,
-`lcsb_core.learning_rate.default_learning_rate`, so the core and the service resolve the same number;
-DPO's `beta` "auto": `lcsb_core.config.DPO_DEFAULT_BETA`). Used by `lcsb_service.jobspec`."""
+`learning_rate_multiplier` 1, applied by `lcsb_service.jobspec` to the job's base learning rate once the
+trainer's config has resolved its schedule: `Settings.base_learning_rate` when an operator sets it, else
+`TrainConfig.base_learning_rate`, the core's one home for the measured rule; DPO's `beta` "auto":
+`lcsb_core.training.config.DPO_DEFAULT_BETA`). Used by `lcsb_service.jobspec`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lcsb_core.config import DPO_DEFAULT_BETA
-from lcsb_core.learning_rate import default_learning_rate
+from lcsb_core.training.config import DPO_DEFAULT_BETA
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.settings import Settings
 
@@ -88,42 +87,25 @@ def auto_epochs(train_examples: int | None, settings: Settings) -> int:
     return AUTO_TARGET_EPOCHS
 
 
-def base_learning_rate(settings: Settings, schedule: str, *, dpo: bool = False) -> float:
-    """The learning rate a job of `schedule` gets at multiplier 1 ("auto"): `Settings.base_learning_rate`
-    when set, else `lcsb_core.learning_rate.default_learning_rate(schedule, dpo=dpo)` (a DPO job: the DPO
-    rate).
-
-    Raises:
-        ConfigError: an unknown schedule (no default), naming `lcsb.schedule`.
-    """
-    return settings.base_learning_rate or default_learning_rate(schedule, dpo=dpo)
-
-
-def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *, schedule: str,
-                            train_examples: int | None = None, dpo: bool = False) -> dict[str, Any]:
+def resolve_hyperparameters(hp: dict[str, Any], settings: Settings, *,
+                            train_examples: int | None = None) -> dict[str, Any]:
     """Replace OpenAI's "auto" (or missing) `n_epochs` (`auto_epochs` of `train_examples`), `batch_size`
-    and `learning_rate_multiplier` by the service defaults, the learning rate by the multiplier times
-    `base_learning_rate(settings, schedule, dpo=dpo)`; the other optimizer settings are passed on only when given
-    (the trainer's defaults apply otherwise, and `build_spec` reports them from the resolved config).
+    and `learning_rate_multiplier` (1.0) by the service defaults; `learning_rate` stays as given (None: the
+    multiplier times the job's base rate, which `lcsb_service.jobspec` applies once the trainer's config has
+    resolved the schedule); the other optimizer settings are passed on only when given (the trainer's
+    defaults apply otherwise, and `build_spec` reports them from the resolved config).
 
     Raises:
         InvalidRequest: both `learning_rate` and a non-auto `learning_rate_multiplier` are given.
-        ConfigError: an unknown `schedule` (`base_learning_rate`).
     """
     mult, lr = hp.get("learning_rate_multiplier", "auto"), hp.get("learning_rate")
     if lr is not None and mult != "auto":
         raise InvalidRequest("give learning_rate or learning_rate_multiplier, not both",
                              param="hyperparameters.learning_rate")
-    base = base_learning_rate(settings, schedule, dpo=dpo)
-    if lr is None:
-        mult = 1.0 if mult == "auto" else float(mult)
-        lr = base * mult
-    else:
-        mult = lr / base
     return {"n_epochs": int(_or_default(hp, "n_epochs", auto_epochs(train_examples, settings))),
             "batch_size": int(_or_default(hp, "batch_size", settings.default_batch_size)),
-            "learning_rate_multiplier": mult, "learning_rate": lr, "max_steps": hp.get("max_steps"),
-            **given(hp, *OPTIM)}
+            "learning_rate_multiplier": 1.0 if mult == "auto" else float(mult), "learning_rate": lr,
+            "max_steps": hp.get("max_steps"), **given(hp, *OPTIM)}
 
 
 OPTIM = ("warmup_steps", "weight_decay", "lr_schedule")  # hyperparameters -> optim.*, unchanged

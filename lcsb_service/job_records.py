@@ -93,7 +93,7 @@ def training_data_format(report: dict[str, Any] | None) -> str | None:
 
 
 def record_auto_decision(session: Session, job_id: str, decision: dict[str, Any]) -> None:
-    """Store what `auto`'s probe decided (`lcsb_core.schedules.SwitchSchedule.decision`) in the job's
+    """Store what `auto`'s probe decided (`lcsb_core.training.schedules.SwitchSchedule.decision`) in the job's
     resolved `method`, as `method.lcsb.auto.decision` (the row is locked for the read-modify-write)."""
     job = session.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one()
     method = dict(job.method or {})

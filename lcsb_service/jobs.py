@@ -17,8 +17,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from lcsb_core.chat_tokens import no_chat_template_message
 from lcsb_core.data.formats import CHAT, PREFERENCE, PREFERENCE_FORMATS, PROMPT_COMPLETION, SUPERVISED_FORMATS, TEXT
-from lcsb_core.data.tokenization import no_chat_template_message
 from lcsb_service.catalog import ModelInfo, find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest

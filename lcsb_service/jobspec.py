@@ -13,8 +13,8 @@ Mapping (API -> TrainConfig):
                        method.dpo.hyperparameters (dpo), not both; the other type's section is an error
     hyperparameters.n_epochs ("auto": `auto_epochs` of the example count) -> epochs
     hyperparameters.batch_size ("auto": Settings.default_batch_size)   -> batch_size
-    hyperparameters.learning_rate_multiplier ("auto": 1) x the job's base learning rate (the measured rule
-    for its schedule, `lcsb_core.learning_rate`, or Settings.base_learning_rate), or
+    hyperparameters.learning_rate_multiplier ("auto": 1) x the job's base learning rate (Settings.base_learning_rate,
+    else `TrainConfig.base_learning_rate`: the measured rule for the schedule its config resolved), or
     hyperparameters.learning_rate                                       -> optim.learning_rate
     hyperparameters.warmup_steps (absent: `auto_warmup_steps` of the run's length) -> optim.warmup_steps
     hyperparameters.max_steps / warmup_steps / weight_decay / lr_schedule -> max_steps / optim.*
@@ -54,10 +54,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from lcsb_core.config import DataSettings, TrainConfig
-from lcsb_core.default_schedule import resolve_schedule
+from lcsb_core.data.settings import DataSettings
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import Schedule, schedule_for
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.schedules import Schedule
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import InvalidRequest
 from lcsb_service.hyperparameters import DPO, SUPERVISED, dpo_beta, merged_hyperparameters, resolve_hyperparameters
@@ -125,7 +125,6 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         Unprocessable: no worker class has enough memory (code `insufficient_memory`).
     """
     method = request.get("method") or {}
-    schedule_name = resolve_schedule((method.get("lcsb") or {}).get("schedule"), model.name)
     given_hp = merged_hyperparameters(request)
     dpo = (method.get("type") or SUPERVISED) == DPO
     if dpo and method.get("train_on_inputs"):
@@ -133,8 +132,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
                              "non_preferred_output) against the input; leave train_on_inputs out or false",
                              param="method.train_on_inputs")
     try:
-        hp = resolve_hyperparameters(given_hp, settings, schedule=schedule_name, train_examples=train_examples,
-                                     dpo=dpo)
+        hp = resolve_hyperparameters(given_hp, settings, train_examples=train_examples)
     except ConfigError as exc:
         raise _request_error(exc) from exc
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
@@ -159,10 +157,10 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     if method.get("early_stopping") is not None:
         raw["early_stopping"] = _given(method["early_stopping"], "metric", "patience", "min_delta")
     try:
-        cfg = TrainConfig.from_dict(raw)
-        cfg.lcsb.re_resolve(model.name, cfg.total_steps(train_examples))  # "auto" for this job's length
+        cfg = TrainConfig.from_dict(raw, train_examples=train_examples)   # "auto" resolved once, for this length
+        hp = _learning_rate(hp, cfg, settings)
         cfg.check_honoured(train_examples)
-        schedule = schedule_for(cfg.lcsb, num_layers=model.num_layers)
+        schedule = cfg.lcsb.schedule_for(num_layers=model.num_layers)
         _check_schedule_options(method.get("lcsb") or {}, schedule, cfg.lcsb.auto)
     except ConfigError as exc:
         raise _request_error(exc) from exc
@@ -174,6 +172,23 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     resolved = {**describe_method(cfg, hp, schedule), "stop_on_divergence": bool(method.get("stop_on_divergence"))}
     return JobSpec(train_config=cfg.to_dict(), hyperparameters=hp, method=resolved,
                    memory_estimate=estimate, queue=queue, total_steps=total)
+
+
+def _learning_rate(hp: dict[str, Any], cfg: TrainConfig, settings: Settings) -> dict[str, Any]:
+    """`hp` with the job's learning rate and multiplier, against its base rate (`Settings.base_learning_rate`,
+    else `cfg.base_learning_rate` for the schedule the config resolved): a given `learning_rate` is kept
+    and its multiplier reported; else the multiplier times the base, set on `cfg.optim` (checked again).
+
+    Raises:
+        ConfigError: the resulting rate is out of range, naming `optim.learning_rate`.
+    """
+    base = settings.base_learning_rate or cfg.base_learning_rate
+    if hp["learning_rate"] is not None:
+        return {**hp, "learning_rate_multiplier": hp["learning_rate"] / base}
+    lr = base * hp["learning_rate_multiplier"]
+    if lr != cfg.optim.learning_rate:
+        cfg.optim = dataclasses.replace(cfg.optim, learning_rate=lr)
+    return {**hp, "learning_rate": lr}
 
 
 def _graded_eval(method: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Which worker class runs a job: the smallest whose memory cap holds the job's estimated peak
-(`lcsb_core.memory.estimate_for`) times (1 + `Settings.memory_headroom`), and, for a job whose schedule
-`auto` chose, the memory rule of `lcsb_core.default_schedule` (issue 47): where no class holds full
+(`lcsb_core.training.memory.estimate_for`) times (1 + `Settings.memory_headroom`), and, for a job whose schedule
+`auto` chose, the memory rule of `lcsb_core.training.default_schedule` (issue 47): where no class holds full
 backprop's depth, `split` instead of a refusal."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lcsb_core.config import TrainConfig
-from lcsb_core.default_schedule import MEMORY_FALLBACK, memory_choice
 from lcsb_core.errors import ConfigError
-from lcsb_core.memory import estimate_for
-from lcsb_core.schedules import Schedule, schedule_for
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.default_schedule import MEMORY_FALLBACK, memory_choice
+from lcsb_core.training.memory import estimate_for
+from lcsb_core.training.schedules import Schedule
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.errors import Unprocessable
 from lcsb_service.settings import Settings
@@ -45,7 +45,7 @@ def route(model: ModelInfo, cfg: TrainConfig, schedule: Schedule, settings: Sett
 def route_auto(model: ModelInfo, cfg: TrainConfig, schedule: Schedule,
                 settings: Settings) -> tuple[dict[str, Any], str, Schedule]:
     """`route`, and where "auto" chose a schedule that no worker class holds (full backprop's depth) the
-    memory rule of `lcsb_core.default_schedule` (`memory_choice`: `MEMORY_FALLBACK`, with its reason in
+    memory rule of `lcsb_core.training.default_schedule` (`memory_choice`: `MEMORY_FALLBACK`, with its reason in
     `cfg.lcsb.auto`) instead of refusing the job. Returns the estimate, the queue and the schedule run.
 
     Raises:
@@ -59,12 +59,11 @@ def route_auto(model: ModelInfo, cfg: TrainConfig, schedule: Schedule,
         largest = max(settings.worker_classes, key=lambda w: w.memory_mib)
         need = estimate_for(cfg, model.config, device=largest.device,
                             checkpoint_bytes=model.checkpoint_bytes).total_mib * (1 + settings.memory_headroom)
-        fallback = dataclasses.replace(cfg, lcsb=dataclasses.replace(
-            cfg.lcsb, schedule=MEMORY_FALLBACK, auto=memory_choice(need, largest.memory_mib).to_dict()))
-        try:
+        try:   # `replace` builds a new config: its rules between fields run (split needs 2 or more examples a step)
+            fallback = dataclasses.replace(cfg, lcsb=dataclasses.replace(
+                cfg.lcsb, schedule=MEMORY_FALLBACK, auto=memory_choice(need, largest.memory_mib).to_dict()))
             fallback.lcsb.check_schedule_options()
-            fallback_schedule = schedule_for(fallback.lcsb, num_layers=model.num_layers)
-            fallback.__post_init__()  # the rules between fields (split needs 2 or more examples per step)
+            fallback_schedule = fallback.lcsb.schedule_for(num_layers=model.num_layers)
         except ConfigError:
             raise refused from None  # the fallback cannot run this job: the refusal says what to change
         estimate, queue = route(model, fallback, fallback_schedule, settings)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from lcsb_core.config import TrainConfig
+from lcsb_core.training.config import TrainConfig
 from lcsb_service.db import Database
 from lcsb_service.events import add_event, add_warning
 from lcsb_service.jobspec import request_name

@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lcsb_core.config import DataSettings, TrainConfig
+from lcsb_core.data.settings import DataSettings
+from lcsb_core.training.config import TrainConfig
 
 DEFAULT_SECRET = "insecure-development-secret-change-me"
 Malloc = Literal["jemalloc", "glibc"]   # a C allocator the training child can run with
@@ -75,7 +76,7 @@ class Settings(BaseSettings):
     # what OpenAI's "auto" hyperparameters resolve to (the trainer's defaults); `n_epochs` "auto" follows
     # OpenAI's rule from the example count (`hyperparameters.auto_epochs`), `default_epochs` when it is unknown (.txt);
     # the learning rate "auto" (multiplier 1) is the measured rule for the job's schedule
-    # (`lcsb_core.learning_rate`) unless an operator fixes `base_learning_rate`
+    # (`lcsb_core.training.learning_rate`) unless an operator fixes `base_learning_rate`
     base_learning_rate: float | None = Field(default=None, gt=0, lt=1)
     default_batch_size: int = Field(default=TrainConfig.batch_size, ge=1)
     default_epochs: int = Field(default=1, ge=1)
@@ -156,7 +157,7 @@ class Settings(BaseSettings):
     # `api_retry_after_s`) while `inference_max_pending` of its requests are in flight; a request no
     # worker starts within `inference_start_timeout_s` is 503 too. An inference worker takes up to
     # `inference_max_sequences` requests at once (Celery threads) and the llama.cpp engine decodes them
-    # together (continuous batching, `lcsb_core.llama_serving`); fewer slots where their KV cache would not
+    # together (continuous batching, `lcsb_core.inference.llama_serving`); fewer slots where their KV cache would not
     # fit the memory cap (`worker.inference.serving.sequence_slots`); the transformers engine one at a time.
     inference_queue: str = Field(default="lcsb-inference", min_length=1, max_length=100)
     inference_device: Literal["cpu", "cuda"] = "cpu"

@@ -86,7 +86,7 @@ print(f"  peak memory      {summary['peak_memory_mib']:.0f} MiB (training proces
 ref = json.load(open("bench/results/main_job/full_reference_summary.json"))
 lr = job["hyperparameters"]["learning_rate"]
 print(f"  learning rate    {lr:g} (peak; {job['hyperparameters']['warmup_steps']} warmup steps, "
-      f"{job['hyperparameters']['lr_schedule']} decay; the measured rule, lcsb_core/learning_rate.py)")
+      f"{job['hyperparameters']['lr_schedule']} decay; the measured rule, lcsb_core/training/learning_rate.py)")
 same = "the same" if abs(ref["learning_rate"] - lr) <= 1e-12 else f"ANOTHER ({ref['learning_rate']:g})"
 ref_acc = (ref.get("graded_after") or {}).get("grader/final_answer")
 ref_acc = f", final_answer {ref_acc:.1%}" if ref_acc is not None else ""

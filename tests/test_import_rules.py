@@ -132,28 +132,16 @@ PACKAGES = ("lcsb_core", "lcsb_service", "api", "worker", "lcsb_client", "bench"
 LAYER = {"lcsb_core": 0, "lcsb_service": 1, "lcsb_client": 1, "api": 2, "worker": 2, "bench": 3}
 
 
-def _runtime_source(source: str) -> str:
-    """`source` without its `if TYPE_CHECKING:` blocks: imports only the type checker runs make no cycle."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        for field in ("body", "orelse"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and block:
-                kept = [n for n in block
-                        if not (isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING"))]
-                setattr(node, field, kept or [ast.Pass()])
-    return ast.unparse(tree)
-
-
 def module_graph() -> dict[str, set[str]]:
-    """Module -> the house's modules it imports at run time (module level or inside functions; a package's
-    `__init__` importing its own submodules is not an edge back to it)."""
+    """Module -> the house's modules it imports (module level, inside functions, and under `if TYPE_CHECKING:`:
+    a type-only import is still a circle a reader has to follow; a package's `__init__` importing its own
+    submodules is not an edge back to it)."""
     paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
              if "results" not in p.relative_to(ROOT).parts}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         deps: set[str] = set()
-        for _, name in imports_in(_runtime_source(path.read_text()), module, path.name == "__init__.py"):
+        for _, name in imports_in(path.read_text(), module, path.name == "__init__.py"):
             parts = name.split(".")
             target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in paths), None)
             if target and target != module and not module.startswith(target + ".") \
@@ -176,11 +164,88 @@ def test_the_packages_read_as_layers_and_no_module_cycle():
         raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from exc
 
 
-def test_the_cycle_check_sees_a_cycle_and_skips_type_checking_imports():
-    assert "lcsb_core.config" not in _runtime_source(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lcsb_core.config import X\n")
-    assert "lcsb_core.config" in _runtime_source("def f():\n    from lcsb_core.config import X\n")
+def test_the_cycle_check_counts_type_checking_imports():
+    """A circle made only of `if TYPE_CHECKING:` imports is still a cycle (planted here in a scratch graph
+    read by the same parser)."""
     from graphlib import CycleError, TopologicalSorter
 
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lcsb_core.training.config import X\n"
+    found = imports_in(source, "lcsb_core.training.schedules.settings")
+    assert found == [(1, "typing.TYPE_CHECKING"), (3, "lcsb_core.training.config.X")]
     with pytest.raises(CycleError):
         list(TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())
+
+
+# The core's rooms, bottom to top (docs/ARCHITECTURE.md, "The core's rooms"): a module may import its own
+# room and the rooms below it. The ground modules sit under every room.
+ROOMS = ("ground", "models", "data", "export", "inference", "eval", "training", "cli")
+GROUND = {"lcsb_core", "lcsb_core.errors", "lcsb_core.run_files", "lcsb_core.chat_tokens"}
+
+
+def room_of(module: str) -> str:
+    """`lcsb_core.training.schedules.kinds` -> "training"; a ground module -> "ground"; `lcsb_core.cli` -> "cli".
+
+    Raises:
+        AssertionError: a top-level module that is neither a room nor a ground module.
+    """
+    if module in GROUND:
+        return "ground"
+    room = module.split(".")[1]
+    assert room in ROOMS, f"{module} is in no room (lcsb_core's top level holds rooms and ground modules only)"
+    return room
+
+
+def room_violations(graph: dict[str, set[str]], sources: dict[str, str]) -> list[str]:
+    """"module imports target" for each import of `lcsb_core` that goes up a room, and each import of a
+    private name (`_name`) or private module from another room."""
+    found = []
+    for module, deps in graph.items():
+        if not module.startswith("lcsb_core"):
+            continue
+        for dep in deps:
+            if dep.startswith("lcsb_core") and ROOMS.index(room_of(dep)) > ROOMS.index(room_of(module)):
+                found.append(f"{module} imports {dep} (room {room_of(dep)} is above {room_of(module)})")
+        for _, name in imports_in(sources[module], module, module in PACKAGE_INITS):
+            parts = name.split(".")
+            if name.startswith("lcsb_core.") and any(p.startswith("_") and p != "__init__" for p in parts) \
+                    and room_of(".".join(parts[:2]) if parts[1] not in ROOMS else ".".join(parts[:2])) \
+                    != room_of(module):
+                found.append(f"{module} imports {name} (private to room {room_of('.'.join(parts[:2]))})")
+    return sorted(found)
+
+
+PACKAGE_INITS: set[str] = set()
+
+
+def core_sources() -> dict[str, str]:
+    """Module name -> source, for every module of `lcsb_core`."""
+    out = {}
+    for path in (ROOT / "lcsb_core").rglob("*.py"):
+        name = module_name(path)
+        out[name] = path.read_text()
+        if path.name == "__init__.py":
+            PACKAGE_INITS.add(name)
+    return out
+
+
+def test_the_core_is_rooms_and_a_few_ground_modules():
+    top = {p.stem for p in (ROOT / "lcsb_core").glob("*.py")} - {"__init__"}
+    rooms = {p.name for p in (ROOT / "lcsb_core").iterdir() if (p / "__init__.py").is_file()}
+    assert top == {"errors", "run_files", "chat_tokens", "cli"}
+    assert rooms == set(ROOMS) - {"ground", "cli"}
+
+
+def test_the_rooms_import_downward_only():
+    graph = module_graph()
+    assert room_violations({m: d for m, d in graph.items() if m.startswith("lcsb_core")}, core_sources()) == []
+
+
+def test_the_room_rule_fails_on_a_planted_violation():
+    """An import up a room (data -> training) and a reach into another room's private name are both found."""
+    sources = core_sources()
+    planted = {"lcsb_core.data.planted": {"lcsb_core.training.trainer"}, "lcsb_core.eval.planted2": set()}
+    sources["lcsb_core.data.planted"] = "from lcsb_core.training.trainer import Trainer\n"
+    sources["lcsb_core.eval.planted2"] = "from lcsb_core.inference.prompts import _hidden\n"
+    assert room_violations(planted, sources) == [
+        "lcsb_core.data.planted imports lcsb_core.training.trainer (room training is above data)",
+        "lcsb_core.eval.planted2 imports lcsb_core.inference.prompts._hidden (private to room inference)"]

@@ -9,10 +9,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from api.schemas.common import Strict
-from lcsb_core.config import EarlyStoppingSettings, SelectCheckpointSettings
 from lcsb_core.eval.graders import GRADER_TYPES, STRING_CHECK
 from lcsb_core.eval.settings import MAX_NEW_TOKENS_RANGE, N_SAMPLES_RANGE, PENALTY_RANGE, EvalSettings
-from lcsb_core.selection import GRADER_PREFIX, LOWER_IS_BETTER, SELECT_MODES
+from lcsb_core.training.selection import (
+    GRADER_PREFIX,
+    LOWER_IS_BETTER,
+    SELECT_MODES,
+    EarlyStoppingSettings,
+    SelectCheckpointSettings,
+)
 
 _METRICS = (f"{', '.join(LOWER_IS_BETTER)} (lower, higher is better) or {GRADER_PREFIX}<name> (a grader's "
             "score, higher is better; needs that grader in the job)")

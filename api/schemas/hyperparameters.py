@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from api.schemas.common import Strict
-from lcsb_core.config import DPO_DEFAULT_BETA, LEARNING_RATE_RANGE, LR_SCHEDULES, OptimSettings
-from lcsb_core.learning_rate import AUTO_WARMUP_MAX
+from lcsb_core.training.config import DPO_DEFAULT_BETA, LEARNING_RATE_RANGE, LR_SCHEDULES, OptimSettings
+from lcsb_core.training.learning_rate import AUTO_WARMUP_MAX
 
 Auto = Literal["auto"]
 

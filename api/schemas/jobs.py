@@ -10,20 +10,24 @@ from pydantic import BaseModel, Field, model_validator
 from api.schemas.common import Strict
 from api.schemas.evaluation import EarlyStoppingMethod, EvalMethod, SelectCheckpointMethod
 from api.schemas.hyperparameters import DPOMethod, Hyperparameters, SupervisedMethod
-from lcsb_core.config import (
-    LAYER_LR_SCALINGS,
+from lcsb_core.data.settings import ON_TRUNCATION, DataSettings
+from lcsb_core.training.config import (
     LORA_ALPHA_RANGE,
     LORA_TARGETS_ALL,
-    ON_TRUNCATION,
     QUANTIZATIONS,
-    DataSettings,
-    LCSBSettings,
     LoraSettings,
     ModelSettings,
     TrainConfig,
 )
-from lcsb_core.default_schedule import AUTO, MIN_SWITCH_STEPS, PROBE_STEPS, SWITCH_TO
-from lcsb_core.schedules import DEFAULT_DEEP_FRACTION, DEFAULT_FRACTION, DEFAULT_FULL_EVERY, SCHEDULES
+from lcsb_core.training.default_schedule import AUTO, MIN_SWITCH_STEPS, PROBE_STEPS, SWITCH_TO
+from lcsb_core.training.schedules import (
+    DEFAULT_DEEP_FRACTION,
+    DEFAULT_FRACTION,
+    DEFAULT_FULL_EVERY,
+    LAYER_LR_SCALINGS,
+    SCHEDULES,
+    LCSBSettings,
+)
 from lcsb_service.hyperparameters import METHOD_TYPES, SUPERVISED
 from lcsb_service.ids import unix
 from lcsb_service.models import Job
@@ -54,8 +58,9 @@ class LCSBMethod(BaseModel):
     `cyclic`, `random`, `importance`, and `full`; docs/training.md says what each means), `k` layers
     per step or a `fraction` of them, `full_every` (`topfull`: a full backward every N-th step, N >= 2),
     momentum updates of untrained layers, gradient checkpointing. Unset fields take the trainer's defaults
-    (`lcsb_core.config`), which the field descriptions read. This schema checks types and simple bounds (and `k`
-    with `fraction`); the trainer's `LCSBSettings` checks the rest at creation (`lcsb_service.jobspec`)."""
+    (`lcsb_core.training.config`), which the field descriptions read. This schema checks types and simple
+    bounds (and `k` with `fraction`); the trainer's `LCSBSettings` checks the rest at creation
+    (`lcsb_service.jobspec`)."""
 
     model_config = Strict
     schedule: Literal[(AUTO, *SCHEDULES)] | None = Field(  # type: ignore[valid-type]

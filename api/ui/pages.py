@@ -18,9 +18,9 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from lcsb_core.config import DPO_DEFAULT_BETA, LCSBSettings
-from lcsb_core.default_schedule import AUTO
-from lcsb_core.schedules import DEFAULT_FRACTION, SCHEDULES, schedule_takes
+from lcsb_core.training.config import DPO_DEFAULT_BETA
+from lcsb_core.training.default_schedule import AUTO
+from lcsb_core.training.schedules import DEFAULT_FRACTION, SCHEDULES, LCSBSettings, schedule_takes
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"

@@ -18,7 +18,7 @@ def retain_freed_memory(device: torch.device) -> bool:
     zero. Affects allocations made after the call, for the whole process. Resident memory stays near
     the largest step's level.
 
-    A benchmark mode, not a product setting (it moved here from `lcsb_core.memory_probe`: nothing in the
+    A benchmark mode, not a product setting (it moved here from `lcsb_core.training.memory_probe`: nothing in the
     product called it): bench/step_time.py `--allocator retain` times compute alone with it. Measured
     on SmolLM2-135M NF4, 4 x 256: with the chunked loss, the default `topfull/4` step 1.12x faster and
     its peak 0.90x; without it, full backprop's step 1.13x faster but its peak 1.12x (bench/LOG.md,

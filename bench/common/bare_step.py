@@ -1,4 +1,4 @@
-"""The bare optimizer step: a LoRA model wrapped for selective backprop and `lcsb_core.step.run_step` on
+"""The bare optimizer step: a LoRA model wrapped for selective backprop and `lcsb_core.training.step.run_step` on
 one batch, without the trainer around it. The reference the step-time, peer and trainer-overhead
 benchmarks time against."""
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
-from lcsb_core.config import LoraSettings, OptimSettings
-from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.training.config import LoraSettings, OptimSettings
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import run_step
 
 
 def bare_model(folder: Path, quant: str, rank: int, device: torch.device):

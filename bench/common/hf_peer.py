@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from lcsb_core.config import LoraSettings
 from lcsb_core.models.quantization import base_dtype, quantization_config
+from lcsb_core.training.config import LoraSettings
 
 
 def peft_peer_model(folder: Path, quant: str, rank: int, device: torch.device):

@@ -1,5 +1,5 @@
 """The measured peak of one training configuration of the real SmolLM2-135M on CPU, beside
-`lcsb_core.memory`'s estimate for it: a fresh process loads what a worker's training process loads,
+`lcsb_core.training.memory`'s estimate for it: a fresh process loads what a worker's training process loads,
 runs one cycle of the schedule's steps on random token batches, and reports its VmHWM. One source for
 tests/core/test_memory.py (the estimate's band) and bench/memory_fit.py (the coefficients' fit).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lcsb_core.memory import MemoryEstimate
+    from lcsb_core.training.memory import MemoryEstimate
 
 PROBE = r"""
 import json, sys, torch
@@ -26,16 +26,16 @@ import json, sys, torch
 # (the service's database, storage and reporting modules, the trainer and its plots) before measuring.
 import lcsb_service.jobspec, lcsb_service.models, lcsb_service.db, lcsb_service.storage  # noqa: E401
 import worker.training.reporter, worker.training.divergence, worker.training.datacheck  # noqa: E401
-import lcsb_core.trainer, lcsb_core.plots  # noqa: E401
-from lcsb_core.config import LoraSettings, OptimSettings
-from lcsb_core.history import UpdateTracker
-from lcsb_core.lora import apply_lora
-from lcsb_core.memory_probe import current_mib, peak_mib
+import lcsb_core.training.trainer, lcsb_core.training.plots  # noqa: E401
+from lcsb_core.training.config import LoraSettings, OptimSettings
+from lcsb_core.training.history import UpdateTracker
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.memory_probe import current_mib, peak_mib
 from lcsb_core.models.loading import load_base_model, resolve_model_path
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import run_step
 spec = json.loads(sys.argv[1])
 model = apply_lora(load_base_model(resolve_model_path("SmolLM2-135M-Instruct"), quantization=spec["quant"],
                                    device=torch.device("cpu")), LoraSettings(rank=spec["rank"]), seed=0)
@@ -88,16 +88,16 @@ def measure_and_estimate(spec: dict[str, Any], *, env: dict[str, str] | None = N
 
 def estimate(spec: dict[str, Any], max_backprop_layers: int, compute_dtype: str, *,
              folder: Path | None = None) -> MemoryEstimate:
-    """`lcsb_core.memory.estimate_peak_mib` for configuration `spec` of SmolLM2-135M whose deepest step
+    """`lcsb_core.training.memory.estimate_peak_mib` for configuration `spec` of SmolLM2-135M whose deepest step
     back-propagates `max_backprop_layers` in `compute_dtype` (`bf16` or `fp32`), as the probe ran it;
     `folder` is the model folder when the caller has it (else `ensure_default_model` finds it).
 
     Raises:
         ModelLoadError: the model folder cannot be found (`ensure_default_model`)."""
-    from lcsb_core.config import LoraSettings
-    from lcsb_core.memory import depth_split_for, estimate_peak_mib
     from lcsb_core.models.gguf_import import ensure_default_model
-    from lcsb_core.schedules import make_schedule
+    from lcsb_core.training.config import LoraSettings
+    from lcsb_core.training.memory import depth_split_for, estimate_peak_mib
+    from lcsb_core.training.schedules import make_schedule
 
     folder = folder or ensure_default_model()
     config = json.loads((folder / "config.json").read_text())

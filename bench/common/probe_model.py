@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from bench.common.paths import DATA
-from lcsb_core.config import LoraSettings
 from lcsb_core.data import build_dataset, gsm8k_to_chat, iter_batches
-from lcsb_core.lora import apply_lora
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_model_path
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
 
 
 def gsm8k_batches(tokenizer, n_examples: int, scratch: Path) -> list[dict[str, torch.Tensor]]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from lcsb_core.memory_probe import peak_mib, release_free_memory, reset_peak
+from lcsb_core.training.memory_probe import peak_mib, release_free_memory, reset_peak
 
 
 def timed(fn, device) -> float:

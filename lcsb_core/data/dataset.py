@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from lcsb_core.config import DataSettings
 from lcsb_core.data.batching import collate
 from lcsb_core.data.formats import FORMATS, PREFERENCE_FORMATS, RecordError, parse_record
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport
+from lcsb_core.data.run_length import batches_per_epoch
+from lcsb_core.data.settings import DataSettings
 from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEncoder
 from lcsb_core.data.validator import TXT_SUFFIXES, scan_file
 from lcsb_core.errors import DataError
-from lcsb_core.run_length import batches_per_epoch
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lcsb_core.config import DataSettings
+from lcsb_core.data.settings import DataSettings
 from lcsb_core.errors import ConfigError
 
 

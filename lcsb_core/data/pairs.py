@@ -1,4 +1,4 @@
-"""Batches of preference pairs for DPO (`lcsb_core.dpo`): a preference file's `TokenizedDataset.examples`
+"""Batches of preference pairs for DPO (`lcsb_core.training.dpo`): a preference file's `TokenizedDataset.examples`
 holds each pair's two sides next to each other, [chosen_0, rejected_0, chosen_1, rejected_1, ...]; these
 functions shuffle and batch whole pairs and keep that layout in every batch."""
 

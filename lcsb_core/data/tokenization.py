@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lcsb_core.chat_tokens import render_chat, special_strings, token_pieces
+from lcsb_core.chat_tokens import chat_template_error, render_chat, special_strings, token_pieces
 from lcsb_core.data.formats import CHAT, PREFERENCE, PROMPT_COMPLETION, Example, RecordError
 
 IGNORE_INDEX = -100
@@ -52,20 +52,6 @@ class EncodedExample:
     def num_targets(self) -> int:
         """Number of target tokens (labels != -100)."""
         return sum(1 for x in self.labels if x != IGNORE_INDEX)
-
-
-def no_chat_template_message(name: str) -> str:
-    """Why chat data cannot train on the model `name` (its tokenizer has no chat template)."""
-    return (f"the base model's tokenizer ({name}) has no chat template, so chat data cannot be rendered; "
-            "use text ({\"text\"}) or prompt/completion ({\"prompt\", \"completion\"}) data, or a model "
-            "with a chat template")
-
-
-def chat_template_error(tokenizer: Any) -> str | None:
-    """A plain message when `tokenizer` cannot render chat data (no chat template), else None."""
-    if getattr(tokenizer, "chat_template", None):
-        return None
-    return no_chat_template_message(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
 class ExampleEncoder:

@@ -24,7 +24,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lcsb_core.config import DataSettings
 from lcsb_core.data.formats import (
     CHAT,
     FORMAT_KEYS,
@@ -39,6 +38,7 @@ from lcsb_core.data.formats import (
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport
+from lcsb_core.data.settings import DataSettings
 from lcsb_core.data.stats import DigestTracker, TokenCounter
 from lcsb_core.data.tokenization import IGNORE_INDEX, EncodedExample, ExampleEncoder, Segment
 

@@ -22,8 +22,7 @@ import torch
 from torch import nn
 
 from lcsb_core.eval.settings import GENERATION_TOKENS
-from lcsb_core.lora import causal_lm
-from lcsb_core.loss import autocast_for
+from lcsb_core.models.modules import autocast_for, causal_lm
 from lcsb_core.models.quantization import dequantized_weights
 
 # End-of-turn markers of the chat templates in use (SmolLM2/ChatML, Gemma, Llama 3), when in the vocabulary
@@ -97,7 +96,7 @@ def _batches(order: list[int], lengths: list[int], max_new_tokens: int, budget: 
 class _Penalties:
     """OpenAI's frequency and presence penalties as a transformers logits processor: logit[t] -=
     frequency x count(t) + presence x [count(t) > 0], counting the tokens made after the prompt (the
-    same rule as the llama.cpp engine's sampler, `lcsb_core.llama_batch.sampler_chain`)."""
+    same rule as the llama.cpp engine's sampler, `lcsb_core.inference.llama_batch.sampler_chain`)."""
 
     def __init__(self, prompt_len: int, frequency: float, presence: float) -> None:
         self.prompt_len, self.frequency, self.presence = prompt_len, frequency, presence

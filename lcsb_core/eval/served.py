@@ -1,6 +1,6 @@
 """Graded answers from the serving engine: the base GGUF in llama.cpp with the checkpoint's adapter
 converted as the inference worker converts it, the prompts rendered and decoded as the inference
-worker does (`lcsb_core.llama_engine.LlamaEngine`), every prompt of one evaluation decoded together.
+worker does (`lcsb_core.inference.llama_engine.LlamaEngine`), every prompt of one evaluation decoded together.
 
     served = ServedAnswers(base_dir, gguf, run_dir / "eval_engine", slots=16, seq_tokens=640, threads=2)
     texts, counts = served.answers(samples, adapter_dir, max_new_tokens=128)   # adapter_dir None: the base
@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lcsb_core.eval.samples import EvalSample
+from lcsb_core.inference.adapters import AdapterRef
+from lcsb_core.inference.sampling import SamplingParams
 
 # Sequences decoded together, per catalog model (BENCHMARKS.md, "Graded evaluation on the serving engine").
 # SmolLM2's greedy tokens are equal batched and alone (checked on 32 GSM8K prompts x 64 tokens, and by
@@ -60,18 +62,19 @@ class ServedAnswers:
     def engine(self) -> Any:
         """The `LlamaEngine`, loaded on first use."""
         if self._engine is None:
-            from lcsb_core.llama_engine import LlamaEngine
+            from lcsb_core.inference.llama_engine import LlamaEngine
 
             self._engine = LlamaEngine(self.base_dir, self.gguf, lora_dir=self.work_dir / "gguf", threads=self.threads,
                                        n_ctx=self.seq_tokens, slots=self.slots, max_adapters=1)
         return self._engine
 
-    def prompt_ids(self, sample: EvalSample, adapter_dir: Path | None) -> list[int]:
+    def prompt_ids(self, sample: EvalSample, adapter: AdapterRef | None) -> list[int]:
         """The prompt as the inference worker tokenizes it: a chat sample with the adapter's chat template
         (else the base's) and the generation prompt, a prompt/completion sample as a completions prompt."""
         engine = self.engine
         if sample.messages:
-            return list(engine.chat_prompt(list(sample.messages), engine.template_of(adapter_dir)))
+            template = engine.template_of(adapter.path if adapter else None)
+            return list(engine.chat_prompt(list(sample.messages), template))
         return list(engine.text_prompt(sample.prompt))
 
     def answers(self, samples: Sequence[EvalSample], adapter_dir: Path | None, *, max_new_tokens: int,
@@ -84,16 +87,15 @@ class ServedAnswers:
         Raises:
             ModelLoadError, lcsb_core.errors.ExportError: as `LlamaEngine.stream`.
         """
-        from lcsb_core.inference import SamplingParams
-
+        adapter = AdapterRef.of(adapter_dir) if adapter_dir is not None else None   # hashed once for the batch
         engine = self.engine
         room = self.seq_tokens - max_new_tokens
         cap = min(room, max_prompt_tokens) if max_prompt_tokens else room
-        prompts = [self.prompt_ids(s, adapter_dir)[-cap:] for s in samples]
+        prompts = [self.prompt_ids(s, adapter)[-cap:] for s in samples]
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0,
                                 frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
         try:
-            tokens = engine.generate_batch(prompts, adapter_dir, params, on_token)
+            tokens = engine.generate_batch(prompts, adapter, params, on_token)
         finally:
             shutil.rmtree(self.work_dir / "gguf", ignore_errors=True)
         return [engine.answer_text(t) for t in tokens], [len(t) for t in tokens]

@@ -73,7 +73,8 @@ def adapter_folder(run_dir: Path, checkpoint_step: int | None) -> Path:
     return folder
 
 
-SAVED_CHAT_TEMPLATE = "chat_template.jinja"   # lcsb_core.checkpoint.CHAT_TEMPLATE_FILE (that module imports torch)
+# lcsb_core.training.checkpoint.CHAT_TEMPLATE_FILE (that module imports torch)
+SAVED_CHAT_TEMPLATE = "chat_template.jinja"
 
 
 def read_config(run_dir: Path, checkpoint_step: int | None) -> tuple[dict, Path | None]:

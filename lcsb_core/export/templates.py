@@ -40,7 +40,7 @@ _SYS, _USER, _RESP, _USER2 = "\x01SYSTEM\x01", "\x01PROMPT\x01", "\x01RESPONSE\x
 def training_template(model_dir: Path | None, data_format: str, *, gguf_template: str | None = None,
                       adapter_dir: Path | None = None) -> str:
     """The chat template a job with data of `data_format` trained with: for `chat`, the one the trainer
-    saved beside the adapter (`adapter_dir/chat_template.jinja`, `lcsb_core.checkpoint.CHAT_TEMPLATE_FILE`),
+    saved beside the adapter (`adapter_dir/chat_template.jinja`, `lcsb_core.training.checkpoint.CHAT_TEMPLATE_FILE`),
     else the base tokenizer's (`chat_template.jinja` or `tokenizer_config.json` in the imported model
     folder `model_dir`, else `gguf_template`: adapters trained before the trainer saved it); for
     `prompt_completion` and `text`, `PLAIN_TEMPLATE`. `preference` (DPO) data is rendered as chat: as `chat`.

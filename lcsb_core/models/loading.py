@@ -66,7 +66,7 @@ def load_tokenizer(path: Path, *, require_chat_template: bool = False):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if require_chat_template:
-        from lcsb_core.data.tokenization import chat_template_error
+        from lcsb_core.chat_tokens import chat_template_error
 
         if (message := chat_template_error(tok)) is not None:
             raise ModelLoadError(message)

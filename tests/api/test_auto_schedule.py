@@ -1,10 +1,10 @@
 """`lcsb.schedule` auto resolved per job at creation (issue 47): from the model and the planned steps
-(`lcsb_core.default_schedule.choose_auto`), and from memory: where no worker class holds full backprop's
+(`lcsb_core.training.default_schedule.choose_auto`), and from memory: where no worker class holds full backprop's
 estimate, `split` instead of a refusal; the job object's `method.lcsb.auto` states the choice and why."""
 
 from __future__ import annotations
 
-from lcsb_core.default_schedule import MIN_SWITCH_STEPS, choose_auto
+from lcsb_core.training.default_schedule import MIN_SWITCH_STEPS, choose_auto
 from tests.api.helpers import SMOL, assert_error, create_job, job_ok, upload_ok
 
 

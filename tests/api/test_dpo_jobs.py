@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_core.config import DPO_DEFAULT_BETA
-from lcsb_core.learning_rate import DPO_LEARNING_RATE
+from lcsb_core.training.config import DPO_DEFAULT_BETA
+from lcsb_core.training.learning_rate import DPO_LEARNING_RATE
 from lcsb_service.jobspec import train_config_for
 from lcsb_service.models import Job
 from tests.api.helpers import (

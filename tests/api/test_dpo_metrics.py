@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from lcsb_core.callbacks import EvalReport, StepReport
 from lcsb_core.run_files import RunFiles
+from lcsb_core.training.callbacks import EvalReport, StepReport
 from lcsb_service import transitions
 from tests.api.helpers import fake_run, job_ok, preference_lines, publish_outputs, upload_ok
 from worker.training.reporter import JobReporter

@@ -3,10 +3,11 @@ descriptions read the trainer's defaults, and a job created without them gets `T
 
 from __future__ import annotations
 
-from lcsb_core.config import DataSettings, LCSBSettings, LoraSettings, ModelSettings, OptimSettings, TrainConfig
-from lcsb_core.default_schedule import choose_auto
-from lcsb_core.learning_rate import auto_warmup_steps, default_learning_rate
-from lcsb_core.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY
+from lcsb_core.data.settings import DataSettings
+from lcsb_core.training.config import LoraSettings, ModelSettings, OptimSettings, TrainConfig
+from lcsb_core.training.default_schedule import choose_auto
+from lcsb_core.training.learning_rate import auto_warmup_steps, default_learning_rate
+from lcsb_core.training.schedules import DEFAULT_FRACTION, DEFAULT_FULL_EVERY, LCSBSettings
 from lcsb_service.models import Job
 from lcsb_service.status import JobStatus
 from tests.api.helpers import job_ok

@@ -69,7 +69,7 @@ def test_schedules_that_back_propagate_every_layer_are_estimated_like_full(clien
 def test_recompute_deep_is_echoed_and_shrinks_the_estimate(client, alice):
     """`method.lcsb.recompute_deep` on `topfull`: stated in the job's method, and its full-depth step keeps
     the top 8 layers' activations and the others' inputs, so the estimate lies between `top`'s and
-    `topfull`'s own (`lcsb_core.memory`)."""
+    `topfull`'s own (`lcsb_core.training.memory`)."""
     jobs = {name: job_ok(client, alice, method={"lcsb": lcsb}, hyperparameters={"batch_size": 4})
             for name, lcsb in (("plain", {"schedule": "topfull"}), ("top", {"schedule": "top"}),
                                ("recompute", {"schedule": "topfull", "recompute_deep": True}))}
@@ -92,13 +92,13 @@ def test_hyperparameters_in_method_and_learning_rate(client, alice):
     ("topfull", "auto", 8e-4), ("topfull", 2, 1.6e-3), ("full", 0.5, 4e-4), ("top", "auto", 1.6e-3),
     ("cyclic", "auto", 4e-4)])
 def test_the_multiplier_scales_the_schedules_measured_learning_rate(client, alice, schedule, multiplier, lr):
-    """Issue 30: "auto" is the measured best for the job's schedule (lcsb_core.learning_rate), the same
+    """Issue 30: "auto" is the measured best for the job's schedule (lcsb_core.training.learning_rate), the same
     number the core resolves, stated in the job object and in the trainer's config."""
     job = job_ok(client, alice, hyperparameters={"learning_rate_multiplier": multiplier, "max_steps": 20},
                  method={"lcsb": {"schedule": schedule}})
     assert job["hyperparameters"]["learning_rate"] == pytest.approx(lr)
     assert job["method"]["supervised"]["hyperparameters"]["learning_rate"] == pytest.approx(lr)
-    from lcsb_core.config import TrainConfig
+    from lcsb_core.training.config import TrainConfig
     core = TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "lcsb": {"schedule": schedule}})
     assert core.optim.learning_rate * (1.0 if multiplier == "auto" else multiplier) == pytest.approx(lr)
 

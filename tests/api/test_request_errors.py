@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from lcsb_core.config import LEARNING_RATE_RANGE, LORA_ALPHA_RANGE, LoraSettings, OptimSettings
 from lcsb_core.errors import ConfigError
+from lcsb_core.training.config import LEARNING_RATE_RANGE, LORA_ALPHA_RANGE, LoraSettings, OptimSettings
 from tests.api.helpers import SMOL, assert_error, job_ok, upload_ok
 
 BODY_ROUTES = ["/v1/fine_tuning/jobs", "/v1/fine_tuning/jobs/estimate"]

@@ -4,7 +4,7 @@ gets a `warn` event and a `setting_not_honoured` entry in `warnings`, next to an
 
 from __future__ import annotations
 
-from lcsb_core.config import TrainConfig
+from lcsb_core.training.config import TrainConfig
 from lcsb_service.events import add_warning
 from lcsb_service.models import Job
 from lcsb_service.run_length import record_run_length

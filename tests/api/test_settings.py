@@ -40,7 +40,8 @@ def test_short_secret_refused():
 
 
 def test_log_level_and_the_trainers_defaults(monkeypatch, tmp_path):
-    from lcsb_core.config import DataSettings, OptimSettings, TrainConfig
+    from lcsb_core.data.settings import DataSettings
+    from lcsb_core.training.config import OptimSettings, TrainConfig
 
     monkeypatch.setenv("LCSB_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("LCSB_LOG_LEVEL", "debug")

@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import select
 
-from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport
+from lcsb_core.training.callbacks import EvalProgress, EvalReport, StepReport
 from lcsb_service import transitions
 from lcsb_service.db import Database
 from lcsb_service.errors import Conflict, NotFound

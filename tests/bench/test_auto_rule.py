@@ -66,7 +66,7 @@ def test_the_report_gives_auto_per_seed_at_the_products_threshold(tmp_path):
     import json
 
     from bench.auto_rule import report
-    from lcsb_core.default_schedule import SWITCH_THRESHOLD
+    from lcsb_core.training.default_schedule import SWITCH_THRESHOLD
 
     tau = SWITCH_THRESHOLD["SmolLM2-135M-Instruct"]
     high = [[1.0] * 22 + [0.1] * 8] * 4  # below the top 8 of 30: almost all of the squared norm

@@ -6,6 +6,7 @@ no tests is one of the house's import rules, tests/test_import_rules.py.)"""
 from __future__ import annotations
 
 import ast
+import re
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -53,3 +54,13 @@ def test_bench_modules_import_each_other_without_a_cycle():
 def test_only_the_training_loop_benchmark_imports_worker_code():
     importers = {m for m, names in _imports().items() if any(n == "worker" or n.startswith("worker.") for n in names)}
     assert importers == WORKER_IMPORTERS
+
+
+def test_bench_readme_names_every_script_and_no_retired_one():
+    """bench/README.md lists each script of bench/ with the claim it guards; a retired one (bench/LOG.md) is
+    gone from both."""
+    readme = (BENCH / "README.md").read_text()
+    scripts = sorted(p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh") and p.name != "__init__.py")
+    assert [s for s in scripts if f"`{s}`" not in readme] == []
+    named = set(re.findall(r"^\| `([\w.]+\.(?:py|sh))`", readme, flags=re.M))
+    assert named <= set(scripts), f"bench/README.md's table names scripts that are gone: {named - set(scripts)}"

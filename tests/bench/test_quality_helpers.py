@@ -1,5 +1,5 @@
-"""The benchmark's scoring and curve arithmetic (bench/quality.py, bench/common/curves.py,
-bench/quality_report.py, bench/schedule_decision.py)."""
+"""The benchmark's GSM8K scoring (the product's graders) and curve arithmetic (bench/quality.py,
+bench/common/curves.py, bench/quality_report.py, bench/schedule_decision.py)."""
 
 from __future__ import annotations
 
@@ -12,35 +12,54 @@ from bench import quality_report as report
 from bench import schedule_decision as decide
 from bench.common import curves
 from bench.common.paths import DATA
+from lcsb_core.eval import graders
+
+JANET = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18 every day.\n#### 18"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("She has 16 - 3 - 4 = 9 eggs.\n#### 18", "18"),
-    ("#### 1,234", "1234"),
-    ("so -5 left\n####-5", "-5"),
-    ("#### 3.50 dollars", "3.50"),
-    ("The answer is 18.", None),
-    ("", None),
+@pytest.mark.parametrize("answer, reference, correct", [
+    ("She has 16 - 3 - 4 = 9 eggs.\n#### 18", JANET, True),
+    ("#### 1,234", "#### 1234", True),
+    ("so -5 left\n####-5", "#### -5", True),
+    ("#### 18.0 dollars", JANET, True),
+    ("#### 17", JANET, False),
+    ("The answer is 18.", JANET, False),  # no `####` line: the numeric grader alone would give 1.0
+    ("", JANET, False),
+    ("#### 18\n\nQuestion: And on Sunday?\nAnswer: #### 5", JANET, True),  # graded on its first `####`
+    # where the product's graders read differently from the benchmark's own regex before 2026-12-06
+    # (bench/LOG.md): a `$` or U+2212 before the number, grouping that is no grouping, a fraction
+    ("#### $18", JANET, True),
+    ("#### \u22125", "#### -5", True),
+    ("#### 1,0000", "#### 10000", False),
+    ("#### 3/4", "#### 3", False),
 ])
-def test_extract_answer_reads_the_number_after_hashes(text, expected):
-    assert quality.extract_answer(text) == expected
+def test_gsm8k_exact_match_is_the_product_graders_score(answer, reference, correct):
+    oks, means = quality.gsm8k_grades([answer], [reference])
+    assert oks == [correct]
+    product = graders.grade_all(quality.GSM8K_GRADERS, [quality.first_final_answer(answer)], [reference])[1]
+    assert means == product
+    assert set(means) == {"grader/final_line", "grader/numeric"}
+    assert correct == (min(means.values()) == 1.0)
 
 
-def test_answers_match_compares_numbers_not_strings():
-    assert quality.answers_match("18", "18.0")
-    assert quality.answers_match("1234", quality.extract_answer("#### 1,234"))
-    assert not quality.answers_match("17", "18")
-    assert not quality.answers_match(None, "18")
+def test_gsm8k_exact_match_follows_the_product_numeric_grader(monkeypatch):
+    """The benchmark has no number reading of its own: change the product's and its scores change."""
+    assert quality.gsm8k_grades(["#### 17"], [JANET])[0] == [False]
+    monkeypatch.setattr(graders, "extract_number", lambda text: 42.0)
+    assert quality.gsm8k_grades(["#### 17"], [JANET]) == ([True], {"grader/final_line": 1.0, "grader/numeric": 1.0})
+    assert quality.gsm8k_grades(["The answer is 17."], [JANET])[1] == {"grader/final_line": 0.0,
+                                                                         "grader/numeric": 1.0}
 
 
-def test_extract_answer_on_real_gsm8k_rows():
+def test_the_product_grader_reads_real_gsm8k_references():
     import json
 
     lines = (DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[:50]
     rows = [json.loads(line) for line in lines]
-    answers = [quality.extract_answer(r["answer"]) for r in rows]
-    assert all(a is not None for a in answers)
-    assert answers[0] == "18"  # Janet's ducks: (16 - 3 - 4) * 2
+    numbers = [graders.extract_number(r["answer"]) for r in rows]
+    assert all(n is not None for n in numbers)
+    assert numbers[0] == 18.0  # Janet's ducks: (16 - 3 - 4) * 2
+    assert quality.gsm8k_grades([r["answer"] for r in rows], [r["answer"] for r in rows])[0] == [True] * 50
 
 
 def test_time_to_reach_interpolates_first_crossing():

@@ -11,8 +11,8 @@ import torch
 from bench import rss_flat, step_time
 from bench import trainer_overhead as overhead
 from bench.common import timing
-from lcsb_core.config import TrainConfig
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.trainer import Trainer
 from tests.core.tiny import VOCAB, tiny_lora
 
 

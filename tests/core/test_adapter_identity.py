@@ -8,12 +8,12 @@ import json
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lcsb_core.checkpoint import save_adapter
-from lcsb_core.config import LoraSettings
-from lcsb_core.lora import apply_lora
 from lcsb_core.models.gguf_import import DEFAULT_MODEL_HUB_ID, ensure_default_model
 from lcsb_core.models.identity import public_model_id
 from lcsb_core.models.loading import load_base_model
+from lcsb_core.training.checkpoint import save_adapter
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
 
 
 def _tiny_folder(path, name_or_path=None):

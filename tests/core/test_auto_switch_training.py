@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lcsb_core.callbacks import TrainerCallback
 from lcsb_core.errors import TrainingCancelled
-from lcsb_core.history import read_history
-from lcsb_core.schedules import SwitchSchedule, make_schedule
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.history import read_history
+from lcsb_core.training.schedules import SwitchSchedule, make_schedule
 from tests.core.test_trainer import config, lora_tensors, trainer
 from tests.core.tiny import NUM_LAYERS
 

@@ -127,9 +127,9 @@ def test_unknown_and_missing_packages_are_named():
 
 
 def test_packing_past_gemmas_sliding_window_is_refused_before_the_model_loads(tmp_path):
-    from lcsb_core.config import TrainConfig
     from lcsb_core.errors import ConfigError
-    from lcsb_core.setup import check_packing, load_components
+    from lcsb_core.training.config import TrainConfig
+    from lcsb_core.training.setup import check_packing, load_components
 
     folder = imported(GEMMA3_270M.name)
     gemma = json.loads((folder / "config.json").read_text())

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.errors import ConfigError
+from lcsb_core.training.config import TrainConfig
 
 
 def _error(raw: dict) -> ConfigError:
@@ -50,11 +50,10 @@ def test_the_field_survives_pickling():  # exceptions cross process boundaries t
 
 
 def test_the_schedules_errors_name_their_field():
-    from lcsb_core.config import LCSBSettings
-    from lcsb_core.schedules import schedule_for
+    from lcsb_core.training.schedules import LCSBSettings
 
     with pytest.raises(ConfigError) as info:
-        schedule_for(LCSBSettings(schedule="topfull", k=31), num_layers=30)
+        LCSBSettings(schedule="topfull", k=31).schedule_for(num_layers=30)
     assert (info.value.field, info.value.message) == ("lcsb.k",
                                                       "must be in [1, 30] (the model's decoder layers), got 31")
 
@@ -70,14 +69,13 @@ def test_recompute_deep_that_could_not_take_effect_is_an_error_naming_it():
     refused by the config; with a schedule none of whose steps trains more than k layers (`top`, `cyclic`;
     `freeze` back-propagates through more but trains k) by the schedule's resolution, which the trainer
     and the memory estimate share."""
-    from lcsb_core.config import LCSBSettings
-    from lcsb_core.schedules import schedule_for
+    from lcsb_core.training.schedules import LCSBSettings
 
     err = _error({"lcsb": {"recompute_deep": True, "gradient_checkpointing": True}})
     assert err.field == "lcsb.recompute_deep" and "recomputes every trained layer" in str(err)
     for name in ("top", "cyclic", "freeze"):
         with pytest.raises(ConfigError) as info:
-            schedule_for(LCSBSettings(schedule=name, recompute_deep=True), num_layers=30)
+            LCSBSettings(schedule=name, recompute_deep=True).schedule_for(num_layers=30)
         assert info.value.field == "lcsb.recompute_deep" and f"schedule {name!r} at k = 8" in str(info.value)
     for name in ("topfull", "tail", "split"):
-        assert schedule_for(LCSBSettings(schedule=name, recompute_deep=True), num_layers=30).k == 8
+        assert LCSBSettings(schedule=name, recompute_deep=True).schedule_for(num_layers=30).k == 8

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_core.config import DataSettings, LCSBSettings, ModelSettings, TrainConfig
-from lcsb_core.default_schedule import (
+from lcsb_core.data.settings import DataSettings
+from lcsb_core.errors import ConfigError
+from lcsb_core.models.catalog import CATALOG
+from lcsb_core.training.config import ModelSettings, TrainConfig
+from lcsb_core.training.default_schedule import (
     AUTO,
     MEMORY_FALLBACK,
     MIN_SWITCH_STEPS,
@@ -17,12 +20,9 @@ from lcsb_core.default_schedule import (
     AutoChoice,
     choose_auto,
     memory_choice,
-    resolve_schedule,
 )
-from lcsb_core.errors import ConfigError
-from lcsb_core.learning_rate import default_learning_rate
-from lcsb_core.models.catalog import CATALOG
-from lcsb_core.schedules import SCHEDULES, SwitchSchedule, schedule_for
+from lcsb_core.training.learning_rate import default_learning_rate
+from lcsb_core.training.schedules import SCHEDULES, LCSBSettings, SwitchSchedule
 
 GEMMA = ModelSettings(name_or_path="gemma-3-270m")
 SMOL = "SmolLM2-135M-Instruct"
@@ -49,8 +49,6 @@ def test_the_switch_threshold_is_stated_for_catalog_models_only_and_is_a_share()
 def test_auto_follows_the_model_and_the_planned_steps(name, steps, expected):
     choice = choose_auto(name, steps)
     assert choice.schedule == expected
-    assert resolve_schedule(None, name, steps) == resolve_schedule(AUTO, name, steps) == expected
-    assert resolve_schedule("tail", name, steps) == "tail"  # a named schedule is kept
     if expected == AUTO:
         assert (choice.probe_steps, choice.then, choice.threshold) == (PROBE_STEPS, SWITCH_TO, SWITCH_THRESHOLD[SMOL])
     else:
@@ -81,15 +79,23 @@ def test_train_config_resolves_auto_with_max_steps_and_states_it():
     assert (named.lcsb.schedule, named.lcsb.auto) == ("topfull", None)
 
 
-def test_re_resolve_uses_the_length_known_at_job_creation_and_keeps_a_named_schedule():
-    cfg = config(epochs=1)
-    cfg.lcsb.re_resolve(SMOL, 12)
-    assert (cfg.lcsb.schedule, cfg.lcsb.auto["schedule"]) == ("full", "full")
-    cfg.lcsb.re_resolve(SMOL, 120)
-    assert cfg.lcsb.schedule == AUTO
-    named = config(lcsb=LCSBSettings(schedule="split"))
-    named.lcsb.re_resolve(SMOL, 12)
-    assert named.lcsb.schedule == "split"
+def test_auto_is_resolved_once_with_the_length_known_at_job_creation_and_a_named_schedule_is_kept(monkeypatch):
+    """The service passes the training file's example count to `from_dict`, so "auto" is decided once for the
+    run's real length (48 examples in batches of 4 for 1 epoch: 12 steps, under MIN_SWITCH_STEPS); the saved
+    config is read back without deciding again."""
+    import lcsb_core.training.schedules.settings as settings_module
+
+    decided = []
+    real = settings_module.choose_auto
+    monkeypatch.setattr(settings_module, "choose_auto", lambda *a: decided.append(a) or real(*a))
+    raw = {"data": {"train_file": "t.jsonl"}, "batch_size": 4, "epochs": 1}
+    short = TrainConfig.from_dict(raw, train_examples=48)
+    assert (short.lcsb.schedule, short.lcsb.auto["schedule"]) == ("full", "full") and decided == [(SMOL, 12)]
+    assert TrainConfig.from_dict(raw, train_examples=480).lcsb.schedule == AUTO and decided[-1] == (SMOL, 120)
+    TrainConfig.from_dict(short.to_dict())
+    assert len(decided) == 2   # the resolved plan is kept
+    named = TrainConfig.from_dict({**raw, "lcsb": {"schedule": "split"}}, train_examples=48)
+    assert named.lcsb.schedule == "split" and len(decided) == 2
 
 
 def test_options_of_another_schedule_are_refused_against_what_auto_chose():
@@ -128,7 +134,7 @@ def test_split_with_one_example_per_step_is_refused_naming_batch_size():
 def switch(num_layers: int = 8, threshold: float = 0.5) -> SwitchSchedule:
     cfg = config(max_steps=100)
     plan = {**cfg.lcsb.auto, "threshold": threshold}
-    schedule = schedule_for(LCSBSettings(schedule=AUTO, auto=plan, k=2), num_layers=num_layers)
+    schedule = LCSBSettings(schedule=AUTO, auto=plan, k=2).schedule_for(num_layers=num_layers)
     assert isinstance(schedule, SwitchSchedule)
     return schedule
 
@@ -179,5 +185,5 @@ def test_the_threshold_decides_at_the_boundary_and_zero_gradients_do_not_divide_
 
 def test_an_unresolved_auto_cannot_build_a_schedule():
     with pytest.raises(ConfigError) as err:
-        schedule_for(LCSBSettings(schedule=AUTO), num_layers=8)
+        LCSBSettings(schedule=AUTO).schedule_for(num_layers=8)
     assert err.value.field == "lcsb.schedule"

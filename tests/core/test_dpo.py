@@ -1,4 +1,4 @@
-"""DPO (lcsb_core.dpo) on a tiny Llama: the loss equals a direct computation with the adapter switched off
+"""DPO (lcsb_core.training.dpo) on a tiny Llama: the loss equals a direct computation with the adapter switched off
 as the reference, the chunked head gives the same values and gradients, a partial schedule gives the
 selected layers full backprop's gradients of the DPO loss, the depth split keeps pairs whole, and a
 continued adapter is its own frozen reference."""
@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lcsb_core.config import OptimSettings
 from lcsb_core.data.pairs import iter_pair_batches, num_pairs
 from lcsb_core.data.tokenization import EncodedExample
-from lcsb_core.dpo import (
+from lcsb_core.training.config import OptimSettings
+from lcsb_core.training.dpo import (
     AdapterOffReference,
     DPOObjective,
     FrozenAdapterReference,
@@ -20,10 +20,10 @@ from lcsb_core.dpo import (
     answer_logps,
     dpo_losses,
 )
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import run_step
 from tests.core.tiny import VOCAB, tiny_lora
 
 L = 6
@@ -228,8 +228,8 @@ def test_evaluation_where_the_policy_is_its_reference_skips_the_reference_forwar
     """At a run's step 0 the policy is its reference (a fresh adapter is the identity; a continued run's
     reference is its starting adapter): `reference.matches`, and the evaluation gives the two-forward
     numbers (log 2, rewards 0, the same token accuracy) with one forward per batch."""
-    from lcsb_core.config import LoraSettings
-    from lcsb_core.lora import apply_lora
+    from lcsb_core.training.config import LoraSettings
+    from lcsb_core.training.lora import apply_lora
     from tests.core.tiny import tiny_base
 
     if start == "fresh adapter":

@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from lcsb_core.callbacks import TrainerCallback
-from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
-from lcsb_core.dpo import REWARD_KEYS, FrozenAdapterReference
 from lcsb_core.errors import ConfigError, TrainingCancelled
-from lcsb_core.learning_rate import DPO_LEARNING_RATE, default_learning_rate
-from lcsb_core.lora import apply_lora
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.config import LoraSettings, TrainConfig
+from lcsb_core.training.dpo import REWARD_KEYS, FrozenAdapterReference
+from lcsb_core.training.learning_rate import DPO_LEARNING_RATE, default_learning_rate
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.trainer import Trainer
 from tests.core.tiny import VOCAB, tiny_base
 
 

@@ -1,4 +1,4 @@
-"""`lcsb_core.loss.evaluate_batches`, the one evaluation loop (the trainer's and the benches'): a mean
+"""`lcsb_core.training.loss.evaluate_batches`, the one evaluation loop (the trainer's and the benches'): a mean
 over target tokens, not over batches; dropout off while it runs; train mode back afterwards, also when
 a batch fails."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lcsb_core.loss import evaluate_batches, lm_loss_sums
+from lcsb_core.training.loss import evaluate_batches, lm_loss_sums
 from tests.core.tiny import batch, tiny_lora
 
 

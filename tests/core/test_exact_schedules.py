@@ -4,12 +4,12 @@ gets exactly full backprop's gradient, and no backward runs below the lowest tra
 import pytest
 import torch
 
-from lcsb_core.config import OptimSettings
-from lcsb_core.loss import lm_loss_sums
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.training.config import OptimSettings
+from lcsb_core.training.loss import lm_loss_sums
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import run_step
 from tests.core.tiny import batch, tiny_lora
 
 L = 6

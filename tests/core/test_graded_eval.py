@@ -9,12 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lcsb_core.callbacks import TrainerCallback
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import gsm8k_to_chat
 from lcsb_core.eval.graders import grade_all
 from lcsb_core.models.tiny import TINY, build_tiny_models
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.trainer import Trainer
 
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
 GRADERS = [{"type": "numeric"}, {"type": "regex", "pattern": r"\d"}, {"type": "json_valid"}]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.errors import ConfigError, DataError
 from lcsb_core.eval.graders import extract_number, grade_all, metric_key, parse_graders
 from lcsb_core.eval.samples import read_samples
 from lcsb_core.eval.settings import EvalSettings
+from lcsb_core.training.config import TrainConfig
 
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
 

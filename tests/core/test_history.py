@@ -1,11 +1,11 @@
-"""The selection history's update norms (lcsb_core/history.py): exact values, reused buffers."""
+"""The selection history's update norms (lcsb_core/training/history.py): exact values, reused buffers."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from lcsb_core.history import UpdateTracker, history_row
+from lcsb_core.training.history import UpdateTracker, history_row
 
 
 def test_update_norms_are_each_layers_l2_norm_of_after_minus_before_and_buffers_are_reused():

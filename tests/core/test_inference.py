@@ -11,7 +11,8 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from lcsb_core.inference import InferenceEngine, SamplingParams, _first_stop, _stop_prefix_len
+from lcsb_core.inference import AdapterRef, InferenceEngine, SamplingParams
+from lcsb_core.inference.prompts import first_stop, stop_prefix_len
 from lcsb_core.models.loading import load_base_model
 from lcsb_core.models.tiny import TINY, build_tiny_models
 
@@ -35,7 +36,8 @@ def make_adapters(base: Path, root: Path, n: int) -> list[Path]:
 
 def greedy(engine: InferenceEngine, adapter: Path | None, n: int = 6) -> list[int]:
     ids = engine.text_prompt("The quick brown fox")
-    run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=n, temperature=0))
+    ref = AdapterRef.of(adapter) if adapter else None
+    run = engine.stream(ids, ref, SamplingParams(max_new_tokens=n, temperature=0))
     text = "".join(run)
     assert run.finish_reason in ("stop", "length")
     return engine.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -78,6 +80,6 @@ def test_stop_strings_cancel_and_seed(tiny):
 
 
 def test_stop_helpers():
-    assert _first_stop("abc STOP x", ("STOP", "x")) == 4 and _first_stop("abc", ("z",)) is None
-    assert _stop_prefix_len("hello ST", ("STOP",)) == 2 and _stop_prefix_len("hello", ("STOP",)) == 0
-    assert _stop_prefix_len("aaS", ("SxT", "aSy")) == 2
+    assert first_stop("abc STOP x", ("STOP", "x")) == 4 and first_stop("abc", ("z",)) is None
+    assert stop_prefix_len("hello ST", ("STOP",)) == 2 and stop_prefix_len("hello", ("STOP",)) == 0
+    assert stop_prefix_len("aaS", ("SxT", "aSy")) == 2

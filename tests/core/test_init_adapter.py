@@ -5,9 +5,9 @@ weights only, the run starts from the adapter with a fresh optimizer; a differen
 import pytest
 import torch
 
-from lcsb_core.callbacks import TrainerCallback
 from lcsb_core.errors import ConfigError
-from lcsb_core.history import read_history
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.history import read_history
 from tests.core.test_trainer import config, lora_tensors, trainer
 
 

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.errors import ConfigError, ModelLoadError
 from lcsb_core.models.loading import load_base_model, load_tokenizer, resolve_device, resolve_model_path
+from lcsb_core.training.config import TrainConfig
 
 
 def test_missing_folder(tmp_path):

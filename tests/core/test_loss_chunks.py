@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.autograd.graph import saved_tensors_hooks
 
-from lcsb_core import loss as loss_module
-from lcsb_core.loss import lm_loss_sums
+from lcsb_core.training import loss as loss_module
+from lcsb_core.training.loss import lm_loss_sums
 from tests.core.tiny import VOCAB, tiny_lora
 
 BATCH, SEQ, PROMPT = 3, 20, 6

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from bench.head_filter import gsm8k_batches
-from lcsb_core.config import LoraSettings
-from lcsb_core.lora import apply_lora
-from lcsb_core.loss import autocast_for, lm_loss_sums
 from lcsb_core.models.gguf_import import ensure_default_model
 from lcsb_core.models.loading import load_base_model, load_tokenizer
+from lcsb_core.models.modules import autocast_for
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.loss import lm_loss_sums
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lcsb_core.loss import lm_loss_sums
+from lcsb_core.training.loss import lm_loss_sums
 
 
 @pytest.mark.parametrize("model_type, cap", [("gemma2", 30.0), ("gemma2", 0.5), ("gemma3_text", None)])

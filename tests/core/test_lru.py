@@ -1,8 +1,8 @@
-"""The bounded LRU bookkeeping both adapter caches share (lcsb_core.lru.LruBound)."""
+"""The bounded LRU bookkeeping both adapter caches share (lcsb_core.inference.lru.LruBound)."""
 
 import pytest
 
-from lcsb_core.lru import LruBound
+from lcsb_core.inference.lru import LruBound
 
 
 def test_the_count_bound_evicts_the_least_recently_used_first():

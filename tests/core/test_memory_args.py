@@ -8,9 +8,9 @@ import inspect
 
 import pytest
 
-from lcsb_core.config import TrainConfig
-from lcsb_core.memory import DepthSplit, depth_split_for, estimate_for, estimate_peak_mib
-from lcsb_core.schedules import make_schedule
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.memory import DepthSplit, depth_split_for, estimate_for, estimate_peak_mib
+from lcsb_core.training.schedules import make_schedule
 
 SMOLLM2 = {"num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "vocab_size": 49152,
            "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
@@ -119,7 +119,7 @@ def test_the_estimate_says_how_far_it_holds_on_its_device():
 def test_the_chunked_head_drops_the_logits_terms_and_follows_the_config():
     """With chunks the head keeps its [N, H] input gradient and one chunk's buffers, not the [N, V] logits,
     in either compute dtype (measured in both: BENCHMARKS.md, "The chunked LM head")."""
-    from lcsb_core.config import DataSettings
+    from lcsb_core.data.settings import DataSettings
 
     on = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4, loss_chunk_mib=16)
     off = TrainConfig(data=DataSettings(train_file="t.jsonl"), batch_size=4, loss_chunk_mib=0)

@@ -1,12 +1,12 @@
-"""When the trainer returns freed heap pages to the system (lcsb_core.memory_probe.FreeMemoryReleaser)."""
+"""When the trainer returns freed heap pages to the system (lcsb_core.training.memory_probe.FreeMemoryReleaser)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lcsb_core import memory_probe
-from lcsb_core.memory_probe import FreeMemoryReleaser
+from lcsb_core.training import memory_probe
+from lcsb_core.training.memory_probe import FreeMemoryReleaser
 
 
 def test_trims_only_when_the_resident_set_grows_past_the_first_settled_level(monkeypatch):
@@ -52,7 +52,7 @@ def test_reads_the_real_resident_set_when_none_is_given():
 
 STATUS_SCRIPT = """
 import torch
-from lcsb_core import memory_probe
+from lcsb_core.training import memory_probe
 cpu = torch.device("cpu")
 rss, hwm, vm_peak = (memory_probe.status_mib(f) for f in ("VmRSS", "VmHWM", "VmPeak"))
 block = torch.ones(64 * 2**20 // 4)  # 64 MiB, every page touched
@@ -77,7 +77,7 @@ def test_the_status_fields_are_read_in_mib_and_a_missing_one_is_none():
 
 RELEASE_SCRIPT = """
 import torch
-from lcsb_core.memory_probe import c_allocator, current_mib, release_free_memory
+from lcsb_core.training.memory_probe import c_allocator, current_mib, release_free_memory
 cpu = torch.device("cpu")
 blocks = [torch.ones(64 * 2**20 // 4) for _ in range(8)]  # 512 MiB in 8 blocks, every page touched
 held = current_mib(cpu)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from lcsb_core.checkpoint import CHAT_TEMPLATE_FILE
 from lcsb_core.data import ExampleEncoder, parse_record
 from lcsb_core.data.tokenization import IGNORE_INDEX
 from lcsb_core.eval.samples import sample_of
@@ -32,6 +31,7 @@ from lcsb_core.export.templates import (
     training_template,
 )
 from lcsb_core.inference import Prompting
+from lcsb_core.training.checkpoint import CHAT_TEMPLATE_FILE
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 SYSTEM = {"role": "system", "content": "You answer in one short sentence."}

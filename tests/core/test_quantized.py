@@ -9,9 +9,6 @@ import bitsandbytes as bnb
 import pytest
 import torch
 
-from lcsb_core.config import LoraSettings
-from lcsb_core.lora import apply_lora
-from lcsb_core.loss import lm_loss_sums
 from lcsb_core.models.loading import load_base_model
 from lcsb_core.models.quantization import (
     CPU_FP32_ENV,
@@ -20,6 +17,9 @@ from lcsb_core.models.quantization import (
     cpu_has_native_bf16,
     quantization_config,
 )
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.loss import lm_loss_sums
 from tests.core.tiny import batch, tiny_base
 
 

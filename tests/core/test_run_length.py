@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_core.callbacks import TrainerCallback
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import iter_batches
-from lcsb_core.run_length import batches_per_epoch, planned_steps
-from lcsb_core.trainer import Trainer
+from lcsb_core.data.run_length import batches_per_epoch, planned_steps
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.trainer import Trainer
 from tests.core.test_trainer import dataset
 from tests.core.tiny import tiny_lora
 

@@ -4,13 +4,13 @@ import dataclasses
 
 import pytest
 
-from lcsb_core.config import LCSBSettings
 from lcsb_core.errors import ConfigError
-from lcsb_core.schedules import (
+from lcsb_core.training.schedules import (
     EXACT_GRADIENT_SCHEDULES,
     SCHEDULES,
     CyclicSchedule,
     ImportanceSchedule,
+    LCSBSettings,
     RandomSchedule,
     Schedule,
     TailSchedule,
@@ -18,7 +18,6 @@ from lcsb_core.schedules import (
     TopSchedule,
     make_schedule,
     resolve_k,
-    schedule_for,
 )
 
 
@@ -128,13 +127,13 @@ def test_exact_schedules_backprop_from_the_lowest_trained_layer_to_the_top():
 
 
 def test_full_uses_every_layer_whatever_k_says():
-    sched = schedule_for(LCSBSettings(schedule="full", k=3), num_layers=30)
+    sched = LCSBSettings(schedule="full", k=3).schedule_for(num_layers=30)
     assert sched.k == 30 and sched.layers_for_step(0) == frozenset(range(30))
     assert "all 30 layers" in sched.describe()
 
 
 def test_settings_resolve_through_one_function():
-    sched = schedule_for(LCSBSettings(schedule="topfull", fraction=0.5, full_every=2), num_layers=30)
+    sched = LCSBSettings(schedule="topfull", fraction=0.5, full_every=2).schedule_for(num_layers=30)
     assert (sched.name, sched.k, sched.full_every) == ("topfull", 15, 2)
     assert sched.describe() == "top 15 of 30 layers per step, all 30 once every 2 steps (topfull, exact gradient)"
 
@@ -153,12 +152,12 @@ def test_k_above_the_layer_count_names_the_field():
 
 
 def test_full_every_only_with_topfull_and_within_max_steps():
-    from lcsb_core.config import TrainConfig
+    from lcsb_core.training.config import TrainConfig
 
     with pytest.raises(ConfigError, match="lcsb.full_every: has no effect with schedule 'cyclic'"):
         LCSBSettings(schedule="cyclic", full_every=3)
     assert LCSBSettings(schedule="topfull").full_every is None  # the schedule's default applies
-    assert schedule_for(LCSBSettings(schedule="topfull"), num_layers=30).full_every == 4
+    assert LCSBSettings(schedule="topfull").schedule_for(num_layers=30).full_every == 4
     cfg = lambda **lcsb: TrainConfig.from_dict({"data": {"train_file": "x.jsonl"}, "max_steps": 2,  # noqa: E731
                                                 "lcsb": {"schedule": "topfull", **lcsb}})
     with pytest.raises(ConfigError, match=r"lcsb.full_every: is 4, more than max_steps \(2\)"):
@@ -168,11 +167,11 @@ def test_full_every_only_with_topfull_and_within_max_steps():
 
 
 def test_auto_on_smollm2_is_the_probe_then_tail_switch_at_k_8():
-    """"auto" on SmolLM2 for a job of known length (lcsb_core.default_schedule, issue 47): 4 full-depth
+    """"auto" on SmolLM2 for a job of known length (lcsb_core.training.default_schedule, issue 47): 4 full-depth
     probe steps, then tail at k = 8 of 30 if the probe's lower-layer share is low; exact gradients."""
     settings = LCSBSettings()
     settings.resolve("SmolLM2-135M-Instruct", 100)
-    sched = schedule_for(settings, num_layers=30)
+    sched = settings.schedule_for(num_layers=30)
     assert (sched.name, sched.k, sched.full_every, sched.identity_skip) == ("auto", 8, None, False)
     assert [len(sched.layers_for_step(t)) for t in range(4)] == [30, 30, 30, 30]
     assert sched.max_backprop_layers() == 30 and sched.keeps_all_activations

@@ -1,4 +1,4 @@
-"""The best checkpoint and early stopping (`lcsb_core.selection`, the trainer's use of it) on the tiny
+"""The best checkpoint and early stopping (`lcsb_core.training.selection`, the trainer's use of it) on the tiny
 model: `best` delivers the weights of the mid-run best evaluation, bit for bit those of the checkpoint
 saved at that step; early stopping ends the run after `patience` evaluations without a gain; the
 config's checks; the watch's counting on scripted evaluations."""
@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lcsb_core.callbacks import EvalReport, TrainerCallback
-from lcsb_core.config import SelectCheckpointSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
 from lcsb_core.errors import ConfigError, TrainingCancelled
-from lcsb_core.history import read_history
-from lcsb_core.selection import SelectionWatch
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import EvalReport, TrainerCallback
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.history import read_history
+from lcsb_core.training.selection import SelectCheckpointSettings, SelectionWatch
+from lcsb_core.training.trainer import Trainer
 from tests.core.test_trainer import config
 from tests.core.tiny import VOCAB, tiny_lora
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from lcsb_core.config import OptimSettings
-from lcsb_core.optim import build_optimizer
-from lcsb_core.selective import LayerMode, SelectiveBackprop, recompute_below_top
-from lcsb_core.step import run_step
+from lcsb_core.training.config import OptimSettings
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop, recompute_below_top
+from lcsb_core.training.step import run_step
 from tests.core.tiny import NUM_LAYERS, batch, tiny_lora
 
 
@@ -106,7 +106,7 @@ def _count_backward_calls(model, sel, skip_selected):
         for mod in (layer.self_attn, layer.mlp):
             handles.append(mod.register_full_backward_hook(lambda m, gi, go, i=i: calls.__setitem__(i, calls[i] + 1)))
     sel.select(skip_selected)
-    from lcsb_core.loss import lm_loss_sums
+    from lcsb_core.training.loss import lm_loss_sums
 
     lm_loss_sums(model, batch(0)).loss_sum.backward()
     for h in handles:
@@ -130,7 +130,7 @@ def test_freeze_schedule_backpropagates_through_frozen_layers():
 def test_skip_forward_value_is_unchanged():
     model, sel, _, _ = make()
     b = batch(0)
-    from lcsb_core.loss import lm_loss_sums
+    from lcsb_core.training.loss import lm_loss_sums
 
     sel.select(range(NUM_LAYERS))
     full = lm_loss_sums(model, b).loss_sum.item()
@@ -144,7 +144,7 @@ def test_skipped_layer_is_identity_in_backward():
     layer's branch treated as a constant (h_out = h_in + const)."""
     model, sel, params, _ = make()
     b = batch(0)
-    from lcsb_core.loss import lm_loss_sums
+    from lcsb_core.training.loss import lm_loss_sums
 
     sel.select({0})
     lm_loss_sums(model, b).loss_sum.backward()

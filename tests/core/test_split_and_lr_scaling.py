@@ -5,12 +5,12 @@ tiny 6-layer Llama, against plain backprop of the same examples."""
 import pytest
 import torch
 
-from lcsb_core.config import LCSBSettings, OptimSettings, TrainConfig
 from lcsb_core.errors import ConfigError
-from lcsb_core.optim import build_optimizer, layer_lr_scales, set_lr
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import deep_rows, run_step, split_rows
+from lcsb_core.training.config import OptimSettings, TrainConfig
+from lcsb_core.training.optim import build_optimizer, layer_lr_scales, set_lr
+from lcsb_core.training.schedules import LCSBSettings, make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import deep_rows, run_step, split_rows
 from tests.core.tiny import batch, tiny_lora
 
 L, K = 6, 2

@@ -7,13 +7,13 @@ import pytest
 import torch
 from peft import PeftModel
 
-from lcsb_core.callbacks import TrainerCallback
-from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.data import EncodedExample, TokenizedDataset, ValidationReport
 from lcsb_core.errors import CheckpointError, DivergenceError, TrainingCancelled
-from lcsb_core.history import read_history
-from lcsb_core.lora import apply_lora
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.callbacks import TrainerCallback
+from lcsb_core.training.config import LoraSettings, TrainConfig
+from lcsb_core.training.history import read_history
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.trainer import Trainer
 from tests.core.tiny import NUM_LAYERS, VOCAB, tiny_base, tiny_lora
 
 
@@ -327,7 +327,7 @@ def test_an_evaluation_takes_the_validation_set_shortest_first_with_the_same_mea
     accuracy equal those of the file order's batches (`evaluate_batches` on the same model), and its batches
     hold fewer padded tokens."""
     from lcsb_core.data import iter_batches
-    from lcsb_core.loss import evaluate_batches
+    from lcsb_core.training.loss import evaluate_batches
 
     seen = []
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lcsb_core.config import LoraSettings
-from lcsb_core.lora import apply_lora
+from lcsb_core.training.config import LoraSettings
+from lcsb_core.training.lora import apply_lora
 
 NUM_LAYERS = 4
 VOCAB = 128

@@ -3,7 +3,7 @@
     python memprobe.py FILE [--tokenizer]
 prints {"baseline_mib": VmHWM after imports and a warm-up validation (peak reset to the current RSS),
 "peak_mib": VmHWM after validating FILE, "seconds": ..., "valid": ...}. VmHWM is the process's peak
-resident set size (`lcsb_core.memory_probe`).
+resident set size (`lcsb_core.training.memory_probe`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def main() -> None:
     import torch
 
     from lcsb_core.data import ValidationLimits, validate_file
-    from lcsb_core.memory_probe import peak_mib, reset_peak
+    from lcsb_core.training.memory_probe import peak_mib, reset_peak
 
     path = sys.argv[1]
     tokenizer = None

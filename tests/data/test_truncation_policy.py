@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.errors import ConfigError, DataError
-from lcsb_core.setup import load_datasets
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.setup import load_datasets
 
 
 def cfg(train, **over) -> TrainConfig:

@@ -62,7 +62,8 @@ def start_api(settings, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def heldout_loss(model, tokenizer, path: Path) -> float:
-    from lcsb_core.loss import autocast_for, lm_loss_sums
+    from lcsb_core.models.modules import autocast_for
+    from lcsb_core.training.loss import lm_loss_sums
 
     data = build_dataset(path, tokenizer, max_seq_len=256, min_examples=1)
     total, targets = 0.0, 0

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import gsm8k_to_chat
 from lcsb_core.models.catalog import GEMMA3_270M, SMOLLM2
+from lcsb_core.training.config import TrainConfig
 
 pytestmark = pytest.mark.integration
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
@@ -35,7 +35,7 @@ def as_prompt_completion(row: dict) -> dict:
 
 def train(tmp: Path, model: str, rows: list[dict]) -> Path:
     """A short real job (plain LoRA on every layer, fp32 base on CPU); returns its run folder."""
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training.trainer import Trainer
 
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = TrainConfig.from_dict({

@@ -20,15 +20,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from lcsb_core.config import LoraSettings, TrainConfig
 from lcsb_core.errors import ModelLoadError
-from lcsb_core.history import read_history
-from lcsb_core.lora import apply_lora, decoder_layers, lora_parameters_by_layer
-from lcsb_core.loss import autocast_for, lm_loss_sums
-from lcsb_core.memory import estimate_peak_mib
 from lcsb_core.models.catalog import GEMMA3_270M
+from lcsb_core.models.modules import autocast_for, decoder_layers
 from lcsb_core.models.quantization import compute_dtype
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.config import LoraSettings, TrainConfig
+from lcsb_core.training.history import read_history
+from lcsb_core.training.lora import apply_lora, lora_parameters_by_layer
+from lcsb_core.training.loss import lm_loss_sums
+from lcsb_core.training.memory import estimate_peak_mib
+from lcsb_core.training.trainer import Trainer
 
 pytestmark = pytest.mark.integration
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -214,16 +215,16 @@ PROBE = r"""
 import json, sys, torch
 import lcsb_service.jobspec, lcsb_service.models, lcsb_service.db, lcsb_service.storage  # noqa: E401
 import worker.training.reporter, worker.training.divergence, worker.training.datacheck  # noqa: E401
-import lcsb_core.trainer, lcsb_core.plots  # noqa: E401
-from lcsb_core.config import LoraSettings, OptimSettings
-from lcsb_core.history import UpdateTracker
-from lcsb_core.lora import apply_lora
-from lcsb_core.memory_probe import peak_mib
+import lcsb_core.training.trainer, lcsb_core.training.plots  # noqa: E401
+from lcsb_core.training.config import LoraSettings, OptimSettings
+from lcsb_core.training.history import UpdateTracker
+from lcsb_core.training.lora import apply_lora
+from lcsb_core.training.memory_probe import peak_mib
 from lcsb_core.models.loading import load_base_model, resolve_model_path
-from lcsb_core.optim import build_optimizer
-from lcsb_core.schedules import make_schedule
-from lcsb_core.selective import LayerMode, SelectiveBackprop
-from lcsb_core.step import run_step
+from lcsb_core.training.optim import build_optimizer
+from lcsb_core.training.schedules import make_schedule
+from lcsb_core.training.selective import LayerMode, SelectiveBackprop
+from lcsb_core.training.step import run_step
 spec = json.loads(sys.argv[1])
 model = apply_lora(load_base_model(resolve_model_path("gemma-3-270m"), quantization="nf4",
                                    device=torch.device("cpu")), LoraSettings(rank=16), seed=0)

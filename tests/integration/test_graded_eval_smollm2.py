@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import gsm8k_to_chat
 from lcsb_core.eval.graded import GradedEvaluator
 from lcsb_core.eval.graders import grade_all
 from lcsb_core.eval.samples import read_samples
-from lcsb_core.setup import load_components
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.setup import load_components
 
 pytestmark = pytest.mark.integration
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"

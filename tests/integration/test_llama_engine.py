@@ -1,4 +1,4 @@
-"""The llama.cpp serving engine (`lcsb_core.llama_engine`, llama-cpp-python 0.3.36) with a real SmolLM2
+"""The llama.cpp serving engine (`lcsb_core.inference.llama_engine`, llama-cpp-python 0.3.36) with a real SmolLM2
 adapter from a short real chat job trained here: its answers are llama.cpp's own with the converted
 adapter (`Llama(lora_path=...)`) and differ from the base; a fixed seed reproduces; every end token and
 stop string stops; cancel stops within a token; the adapter LRU stays bounded in count and MiB while an
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lcsb_core.config import TrainConfig
-from lcsb_core.inference import SamplingParams, adapter_hash, end_tokens
-from lcsb_core.llama_engine import LlamaEngine
+from lcsb_core.inference import AdapterRef, SamplingParams, adapter_hash, end_tokens
+from lcsb_core.inference.llama_engine import LlamaEngine
 from lcsb_core.models.gguf_import import ensure_default_model, shipped_gguf_path
+from lcsb_core.training.config import TrainConfig
 from tests.integration.test_export_llama_cpp import gsm8k
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ def job(tmp_path_factory) -> Path:
     """The adapter folder of a short real SmolLM2 chat job (GSM8K, 4 steps at a high learning rate, so its
     answers visibly differ from the base)."""
     from lcsb_core.data import gsm8k_to_chat
-    from lcsb_core.trainer import Trainer
+    from lcsb_core.training.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("job")
     (tmp / "train.jsonl").write_text("".join(json.dumps(gsm8k_to_chat(r)) + "\n" for r in gsm8k("train", 0, 16)))
@@ -62,7 +62,8 @@ def variant(adapter: Path, out: Path, scale: float) -> Path:
 
 def greedy(engine: LlamaEngine, adapter: Path | None, question: str, n: int = 24) -> list[int]:
     ids = engine.chat_prompt([{"role": "user", "content": question}], engine.template_of(adapter))
-    run = engine.stream(ids, adapter, SamplingParams(max_new_tokens=n, temperature=0))
+    ref = AdapterRef.of(adapter) if adapter else None
+    run = engine.stream(ids, ref, SamplingParams(max_new_tokens=n, temperature=0))
     "".join(run)
     assert run.finish_reason in ("stop", "length") and run.completion_tokens == len(run.tokens)
     return run.tokens
@@ -92,10 +93,11 @@ def test_adapter_answers_are_llama_cpps_own_and_differ_from_the_base(engine, job
 
 def test_seed_reproduces_a_sampled_answer(engine, job):
     ids = engine.chat_prompt([{"role": "user", "content": "Tell me a story."}], engine.template_of(job))
+    ref = AdapterRef.of(job)
 
     def sample(seed: int) -> str:
-        return "".join(engine.stream(ids, job, SamplingParams(max_new_tokens=24, temperature=1.0, top_p=0.95,
-                                                               seed=seed)))
+        return "".join(engine.stream(ids, ref, SamplingParams(max_new_tokens=24, temperature=1.0, top_p=0.95,
+                                                              seed=seed)))
 
     assert sample(1) == sample(1) != sample(2)
 
@@ -126,7 +128,7 @@ def test_gemma_stops_at_end_of_turn_and_eos():
 def test_cancel_stops_within_a_token(engine, job):
     ids = engine.text_prompt("Once upon a time")
     calls: list[int] = []
-    run = engine.stream(ids, job, SamplingParams(max_new_tokens=50, temperature=0),
+    run = engine.stream(ids, AdapterRef.of(job), SamplingParams(max_new_tokens=50, temperature=0),
                         should_stop=lambda: calls.append(1) or len(calls) > 3)
     "".join(run)
     assert run.finish_reason == "cancelled" and run.completion_tokens == 3
@@ -162,7 +164,7 @@ def test_batched_greedy_answers_equal_one_at_a_time(engine, job):
     params = SamplingParams(max_new_tokens=32, temperature=0)
     for adapter in (None, job):
         prompts = [engine.chat_prompt([{"role": "user", "content": q}], engine.template_of(adapter)) for q in questions]
-        together = batch.generate_batch(prompts, adapter, params)
+        together = batch.generate_batch(prompts, AdapterRef.of(adapter) if adapter else None, params)
         alone = [greedy(engine, adapter, q, 32) for q in questions]
         assert together == alone
         assert sum(len(t) for t in together) > 20 * 16   # real answers, not an end token each

@@ -1,4 +1,4 @@
-"""Continuous batching in the serving engine (`lcsb_core.llama_serving.ContinuousBatcher`, issue 49) on
+"""Continuous batching in the serving engine (`lcsb_core.inference.llama_serving.ContinuousBatcher`, issue 49) on
 the real SmolLM2 GGUF with a real trained adapter and a variant of it: requests for the base and two
 adapters in flight at once, from one thread each, get exactly the greedy tokens they get alone; the
 decoder really batched them (fewer decode steps than tokens) without alternating adapters every token;
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from lcsb_core.inference import SamplingParams, choice_params
-from lcsb_core.llama_engine import LlamaEngine
-from lcsb_core.llama_serving import QUANTUM
+from lcsb_core.inference import AdapterRef, SamplingParams, choice_params
+from lcsb_core.inference.llama_engine import LlamaEngine
+from lcsb_core.inference.llama_serving import QUANTUM
 from tests.integration.test_export_llama_cpp import gsm8k
 from tests.integration.test_llama_engine import engine, greedy, job, variant  # noqa: F401 - fixtures
 
@@ -54,7 +54,8 @@ def concurrently(eng: LlamaEngine, requests: list[tuple[Path | None, str]], n: i
         try:
             ids = eng.chat_prompt([{"role": "user", "content": question}], eng.template_of(adapter))
             start.wait()
-            run = eng.stream(ids, adapter, SamplingParams(max_new_tokens=n, temperature=0))
+            ref = AdapterRef.of(adapter) if adapter else None
+            run = eng.stream(ids, ref, SamplingParams(max_new_tokens=n, temperature=0))
             for k, _ in enumerate(run):
                 if stop_after and i in stop_after and k + 1 >= stop_after[i]:
                     break
@@ -128,8 +129,8 @@ def choices(run) -> tuple[list[str], list[list[dict]]]:
 def test_n_choices_are_sequences_of_the_batch_with_seeds_and_logprobs(engine, adapters, questions):  # noqa: F811
     batched = LlamaEngine(engine.base_path, engine.gguf_path, lora_dir=engine.adapters.lora_dir, threads=2,
                           n_ctx=512, slots=2)
-    adapter = adapters[1]
-    ids = batched.chat_prompt([{"role": "user", "content": questions[0]}], batched.template_of(adapter))
+    adapter = AdapterRef.of(adapters[1])   # hashed once, as the inference worker does at unpack
+    ids = batched.chat_prompt([{"role": "user", "content": questions[0]}], batched.template_of(adapter.path))
     sampled = SamplingParams(max_new_tokens=16, temperature=1.0, seed=4294967293)   # seeds wrap past 2**32 - 2
     run = batched.stream(ids, adapter, sampled, n=3)
     texts, _ = choices(run)

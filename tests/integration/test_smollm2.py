@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lcsb_core.config import TrainConfig
 from lcsb_core.data import gsm8k_to_chat
-from lcsb_core.history import read_history
-from lcsb_core.trainer import Trainer
+from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.history import read_history
+from lcsb_core.training.trainer import Trainer
 
 pytestmark = pytest.mark.integration
 GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k"
@@ -64,8 +64,8 @@ def test_base_is_nf4_and_only_lora_trains(run):
 def test_adapter_reloads_with_the_same_logits(run):
     from peft import PeftModel
 
-    from lcsb_core.loss import autocast_for
     from lcsb_core.models.loading import load_base_model, resolve_model_path
+    from lcsb_core.models.modules import autocast_for
 
     trainer, _ = run
     ids = torch.tensor([[1, 504, 3458, 314, 253, 1345, 30, 2]])

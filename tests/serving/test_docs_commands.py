@@ -133,7 +133,7 @@ BLOCKS: dict[tuple[str, int], Plan] = {
     ("docs/training.md", 0): Plan("lcsb import-gguf gemma-3-270m", skip=(
         "the trainer core's local commands, not the service: `lcsb train` runs the 100-step GSM8K job in this "
         "process (minutes) on the data command 1 writes")),
-    ("docs/training.md", 1): Plan("from lcsb_core.config import TrainConfig", skip=(
+    ("docs/training.md", 1): Plan("from lcsb_core.training.config import TrainConfig", skip=(
         "a fragment of the trainer's Python API (`spec` and `my_callback` are the reader's), not the service")),
 }
 

@@ -16,8 +16,7 @@ import time
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from lcsb_core.config import LCSBSettings
-from lcsb_core.schedules import SCHEDULES
+from lcsb_core.training.schedules import SCHEDULES, LCSBSettings
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint, publish_run
 from lcsb_service.events import add_event

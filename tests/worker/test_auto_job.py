@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lcsb_core.data import gsm8k_to_chat
-from lcsb_core.default_schedule import PROBE_STEPS, SWITCH_THRESHOLD, choose_auto
-from lcsb_core.schedules import make_schedule
+from lcsb_core.training.default_schedule import PROBE_STEPS, SWITCH_THRESHOLD, choose_auto
+from lcsb_core.training.schedules import make_schedule
 
 pytestmark = [pytest.mark.worker, pytest.mark.integration]
 GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "train.jsonl"

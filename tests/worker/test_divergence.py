@@ -10,7 +10,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from lcsb_core.callbacks import EvalReport, StepReport
+from lcsb_core.training.callbacks import EvalReport, StepReport
 from lcsb_service.models import Job, JobEvent
 from tests.worker.test_reaper import add_job, db  # noqa: F401 - the two-backend database fixture
 from worker.training.divergence import DivergenceWatch

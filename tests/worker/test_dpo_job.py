@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from lcsb_core.dpo import REWARD_KEYS
 from lcsb_core.models.gguf_import import ensure_default_model, model_cache_dir
+from lcsb_core.training.dpo import REWARD_KEYS
 from lcsb_service.tasks import WorkerKind
 from tests.worker.test_export_worker import request as request_export
 from tests.worker.test_export_worker import wait_export

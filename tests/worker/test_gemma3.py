@@ -51,7 +51,7 @@ def test_gemma_text_job_on_a_worker(make_settings, start_worker, make_service, t
     assert len(losses) == 4 and all(0 < x < 20 for x in losses)
     started = [e["data"] for e in service.events(job["id"]) if e["message"].startswith("Training started")][0]
     assert started["num_layers"] == 18 and started["k"] == 18
-    # no schedule named: `auto` for Gemma is full backprop (lcsb_core.default_schedule: no faster schedule was
+    # no schedule named: `auto` for Gemma is full backprop (lcsb_core.training.default_schedule: no faster schedule was
     # measured to keep 95 % on it), stated with its reason before and at the start
     assert job["method"]["lcsb"]["schedule"] == started["schedule"] == "full"
     assert job["method"]["lcsb"]["auto"] == started["auto"] and started["auto"]["schedule"] == "full"

@@ -25,7 +25,7 @@ def test_the_transformers_engine_refuses_log_probabilities_by_name(kw, param):
 
 
 def test_what_every_engine_answers_is_not_refused():
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     assert unsupported(request(n=3), object()) is None
     assert unsupported(request(logprobs=5), LlamaEngine.__new__(LlamaEngine)) is None

@@ -6,7 +6,7 @@ of the tokens the text starts), then one `end` (`finish_reasons` by index, `fini
     answer(streams, req, engine, ids, adapter_dir, t0)
 
 On llama.cpp the request's `n` choices are `n` sequences of the engine's continuous batch, their pieces
-written as the batch makes them (`lcsb_core.llama_generation`). The transformers fallback answers the
+written as the batch makes them (`lcsb_core.inference.llama_generation`). The transformers fallback answers the
 choices one after the other (choice i seeded `seed + i` too: `lcsb_core.inference.choice_params`) and
 has no log probabilities: a request for them is refused before it starts (`unsupported`).
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+from lcsb_core.inference.adapters import AdapterRef
 from lcsb_service.chat import GenerationRequest
 from lcsb_service.streams import TokenStreams
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def unsupported(req: GenerationRequest, engine: Any) -> dict[str, Any] | None:
     """The 400 record for what `engine` cannot answer (log probabilities on the transformers engine), or None."""
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     if req.logprobs is None or isinstance(engine, LlamaEngine):
         return None
@@ -41,7 +41,7 @@ def unsupported(req: GenerationRequest, engine: Any) -> dict[str, Any] | None:
 class _OneAfterAnother:
     """The transformers engine's choices, one generation after the other, as pieces (index, text, [])."""
 
-    def __init__(self, engine: Any, ids: list[int], adapter: Path | None, params: Any, n: int,
+    def __init__(self, engine: Any, ids: list[int], adapter: AdapterRef | None, params: Any, n: int,
                  should_stop: Any) -> None:
         self.engine, self.ids, self.adapter, self.params, self.n = engine, ids, adapter, params, n
         self.should_stop = should_stop
@@ -62,12 +62,12 @@ class _OneAfterAnother:
                 return
 
 
-def answer(streams: TokenStreams, req: GenerationRequest, engine: Any, ids: list[int], adapter: Path | None,
+def answer(streams: TokenStreams, req: GenerationRequest, engine: Any, ids: list[int], adapter: AdapterRef | None,
            t0: float) -> None:
     """Generate `req`'s choices from prompt `ids` with `adapter` and write their records (see the
     module docstring); a cancelled request (the client left) writes no `end` and discards its stream."""
     from lcsb_core.inference import SamplingParams
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     params = SamplingParams(max_new_tokens=req.max_new_tokens, temperature=req.temperature, top_p=req.top_p,
                             seed=req.seed, stop=tuple(req.stop), frequency_penalty=req.frequency_penalty,

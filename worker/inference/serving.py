@@ -5,7 +5,7 @@ the request's stream (`lcsb_service.streams`).
 
 Per process: one engine per base model, made on the first request for it (the base loads once; its
 adapter LRU is bounded by `Settings.inference_adapter_cache_count` and `inference_adapter_cache_mib`):
-`lcsb_core.llama_engine.LlamaEngine` (llama.cpp on the catalog's GGUF, adapters converted to GGUF once
+`lcsb_core.inference.llama_engine.LlamaEngine` (llama.cpp on the catalog's GGUF, adapters converted to GGUF once
 into `<data_dir>/inference-adapters/gguf/`) on CPU, else `lcsb_core.inference.InferenceEngine`
 (`Settings.inference_engine`). Adapter archives are extracted once into
 `<data_dir>/inference-adapters/<hash of the storage key>/`.
@@ -33,7 +33,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from lcsb_core.eval.served import SERVING_INVARIANT_SLOTS
-from lcsb_core.llama_engine import MAX_CONTEXT
+from lcsb_core.inference.adapters import AdapterRef, adapter_hash
+from lcsb_core.inference.llama_engine import MAX_CONTEXT
 from lcsb_service.artifacts import fetch_adapter
 from lcsb_service.catalog import ModelInfo
 from lcsb_service.chat import GenerationRequest
@@ -50,9 +51,11 @@ _engines: dict[str, Any] = {}
 _serial_locks: dict[int, threading.Lock] = {}
 _lock = threading.Lock()
 
+SHA_FILE = "sha256"   # beside `ready` in an unpacked adapter's folder: the adapter's `adapter_hash`
+
 
 def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
-    """The process's engine for `base` (loaded now on first use): `lcsb_core.llama_engine.LlamaEngine` on
+    """The process's engine for `base` (loaded now on first use): `lcsb_core.inference.llama_engine.LlamaEngine` on
     the catalog's base GGUF when `inference_engine` allows it (auto: on CPU, with llama-cpp-python
     installed and the GGUF's package present), else `lcsb_core.inference.InferenceEngine`."""
     with _lock:
@@ -63,7 +66,7 @@ def engine_for(ctx: WorkerContext, base: ModelInfo) -> Any:
             t0 = time.monotonic()
             gguf = _base_gguf(s, base)
             if gguf is not None:
-                from lcsb_core.llama_engine import LlamaEngine
+                from lcsb_core.inference.llama_engine import LlamaEngine
 
                 n_ctx = min(MAX_CONTEXT, base.context_length)
                 slots = sequence_slots(s, kv_mib_per_token(base.path) * n_ctx, gguf.stat().st_size / 2**20,
@@ -146,20 +149,26 @@ def _base_gguf(s: Settings, base: ModelInfo) -> Path | None:
         return None
 
 
-def adapter_folder(ctx: WorkerContext, key: str) -> Path:
-    """The extracted adapter of the archive stored under `key`, extracted once per machine: into a
-    temporary folder renamed into place (atomic; when another worker was first, its copy is used)."""
+def adapter_folder(ctx: WorkerContext, key: str) -> AdapterRef:
+    """The extracted adapter of the archive stored under `key`, extracted and hashed once per machine: into a
+    temporary folder renamed into place (atomic; when another worker was first, its copy is used), with the
+    adapter's SHA-256 (`adapter_hash`, the engines' cache key) written beside it, so no request re-reads
+    and re-hashes the weights. A folder unpacked before the digest was stored gets it on first use."""
     root = ctx.settings.data_dir.resolve() / "inference-adapters" / hashlib.sha256(key.encode()).hexdigest()[:32]
     if not (root / "ready").is_file():
         tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         folder = fetch_adapter(ctx.storage, key, tmp)
+        (tmp / SHA_FILE).write_text(adapter_hash(folder))
         (tmp / "ready").write_text(folder.name)
         try:
             tmp.rename(root)
         except OSError:   # another worker renamed its copy first
             shutil.rmtree(tmp, ignore_errors=True)
-    return root / (root / "ready").read_text()
+    folder = root / (root / "ready").read_text()
+    if not (root / SHA_FILE).is_file():
+        (root / SHA_FILE).write_text(adapter_hash(folder))
+    return AdapterRef(folder, (root / SHA_FILE).read_text())
 
 
 def _error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -205,7 +214,7 @@ def _generate(ctx: WorkerContext, streams: TokenStreams, req: GenerationRequest,
         return
     adapter = adapter_folder(ctx, target.adapter_key) if target.adapter_key else None
     if req.messages is not None:
-        template = engine.template_of(adapter)
+        template = engine.template_of(adapter.path if adapter else None)
         if not template:
             streams.append(req.id, _error(400, NO_CHAT_TEMPLATE,
                                           f"{req.model} has no chat template; use /v1/completions", "model"))
@@ -232,7 +241,7 @@ def _serial(engine: Any) -> Any:
     request at a time (transformers); a no-op for llama.cpp's, whose batcher decodes them together."""
     from contextlib import nullcontext
 
-    from lcsb_core.llama_engine import LlamaEngine
+    from lcsb_core.inference.llama_engine import LlamaEngine
 
     if isinstance(engine, LlamaEngine):
         return nullcontext()

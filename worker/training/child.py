@@ -127,7 +127,7 @@ def train(spec: ChildSpec, stop: threading.Event) -> Outcome:
         with ExitStack() as stack:
             cfg, names = training_config(spec, db, storage, stack)
             from lcsb_core.errors import TrainingCancelled
-            from lcsb_core.trainer import Trainer
+            from lcsb_core.training.trainer import Trainer
             from worker.training.datacheck import check_datasets
 
             train_set, eval_set = check_datasets(cfg, db, spec.job_id)  # before the model loads

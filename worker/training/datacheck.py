@@ -1,5 +1,5 @@
 """The worker's dataset check, before the model loads: validate and tokenize the job's files with the
-base model's tokenizer (`lcsb_core.setup.load_datasets`, the same check `lcsb train` runs), then state
+base model's tokenizer (`lcsb_core.training.setup.load_datasets`, the same check `lcsb train` runs), then state
 what training will see in the job's `data_report` and in a validation event: examples, how many are
 used, examples truncated to `max_seq_len` and examples dropped for having no target token left (with
 their lines), ignored keys and other warnings. Nothing is left out without being named.
@@ -61,7 +61,7 @@ def check_datasets(cfg, db: Database, job_id: str):  # TrainConfig, TokenizedDat
         ConfigError: a cross-field rule is broken. ModelLoadError: no tokenizer for the model.
     """
     from lcsb_core.models.loading import load_tokenizer, resolve_model_path
-    from lcsb_core.setup import load_datasets
+    from lcsb_core.training.setup import load_datasets
 
     uploads = _uploads(db, job_id)
     tokenizer = load_tokenizer(resolve_model_path(cfg.model.name_or_path))

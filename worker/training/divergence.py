@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lcsb_core.callbacks import EvalReport, StepReport, TrainerCallback
+from lcsb_core.training.callbacks import EvalReport, StepReport, TrainerCallback
 from lcsb_service.db import Database
 from lcsb_service.events import add_event, add_warning
 

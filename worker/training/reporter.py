@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lcsb_core.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
+from lcsb_core.training.callbacks import EvalProgress, EvalReport, StepReport, TrainerCallback
 from lcsb_service import transitions
 from lcsb_service.artifacts import publish_checkpoint
 from lcsb_service.db import Database

@@ -11,6 +11,9 @@ relative ones resolved) is checked against its package's rule. The layers, botto
     lcsb_client                     beside them all: no torch, no service code (the core's commands
                                     import lcsb_core inside a function, only with the `train` extra)
 
+Inside `lcsb_core`, the rooms (docs/ARCHITECTURE.md, "The core's rooms") import downward only and not another
+room's private names; no module cycle anywhere, type-only imports counted.
+
 The API's runtime imports (no torch once the app is built) are tested by
 tests/api/test_import_hygiene.py; the SQL rule there too.
 """
@@ -165,15 +168,20 @@ def test_the_packages_read_as_layers_and_no_module_cycle():
 
 
 def test_the_cycle_check_counts_type_checking_imports():
-    """A circle made only of `if TYPE_CHECKING:` imports is still a cycle (planted here in a scratch graph
-    read by the same parser)."""
+    """The circle issue 51 removed, planted back on main's graph as a type-only import (schedules' settings
+    naming `TrainConfig` under `if TYPE_CHECKING:`, while config imports the settings): a cycle."""
     from graphlib import CycleError, TopologicalSorter
 
-    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lcsb_core.training.config import X\n"
-    found = imports_in(source, "lcsb_core.training.schedules.settings")
-    assert found == [(1, "typing.TYPE_CHECKING"), (3, "lcsb_core.training.config.X")]
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+              "    from lcsb_core.training.config import TrainConfig\n")
+    module = "lcsb_core.training.schedules.settings"
+    assert imports_in(source, module) == [(1, "typing.TYPE_CHECKING"), (3, "lcsb_core.training.config.TrainConfig")]
+    graph = module_graph()
+    list(TopologicalSorter(graph).static_order())   # main has none
+    assert module in graph["lcsb_core.training.config"]
+    graph[module] = graph[module] | {"lcsb_core.training.config"}
     with pytest.raises(CycleError):
-        list(TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())
+        list(TopologicalSorter(graph).static_order())
 
 
 # The core's rooms, bottom to top (docs/ARCHITECTURE.md, "The core's rooms"): a module may import its own
@@ -195,37 +203,27 @@ def room_of(module: str) -> str:
     return room
 
 
-def room_violations(graph: dict[str, set[str]], sources: dict[str, str]) -> list[str]:
-    """"module imports target" for each import of `lcsb_core` that goes up a room, and each import of a
-    private name (`_name`) or private module from another room."""
+def room_violations(graph: dict[str, set[str]], sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """"module imports target (why)" for each import in `lcsb_core` that goes up a room, and each import of a
+    private name or module (`_name`) of another room. `sources`: module -> (its source, is a package)."""
     found = []
     for module, deps in graph.items():
-        if not module.startswith("lcsb_core"):
-            continue
         for dep in deps:
             if dep.startswith("lcsb_core") and ROOMS.index(room_of(dep)) > ROOMS.index(room_of(module)):
                 found.append(f"{module} imports {dep} (room {room_of(dep)} is above {room_of(module)})")
-        for _, name in imports_in(sources[module], module, module in PACKAGE_INITS):
+        source, is_package = sources[module]
+        for _, name in imports_in(source, module, is_package):
             parts = name.split(".")
-            if name.startswith("lcsb_core.") and any(p.startswith("_") and p != "__init__" for p in parts) \
-                    and room_of(".".join(parts[:2]) if parts[1] not in ROOMS else ".".join(parts[:2])) \
-                    != room_of(module):
-                found.append(f"{module} imports {name} (private to room {room_of('.'.join(parts[:2]))})")
+            owner = room_of(".".join(parts[:2])) if name.startswith("lcsb_core.") else None
+            if owner and owner != room_of(module) and any(p.startswith("_") for p in parts[2:]):
+                found.append(f"{module} imports {name} (private to room {owner})")
     return sorted(found)
 
 
-PACKAGE_INITS: set[str] = set()
-
-
-def core_sources() -> dict[str, str]:
-    """Module name -> source, for every module of `lcsb_core`."""
-    out = {}
-    for path in (ROOT / "lcsb_core").rglob("*.py"):
-        name = module_name(path)
-        out[name] = path.read_text()
-        if path.name == "__init__.py":
-            PACKAGE_INITS.add(name)
-    return out
+def core_sources() -> dict[str, tuple[str, bool]]:
+    """Module name -> (source, is a package), for every module of `lcsb_core`."""
+    return {module_name(path): (path.read_text(), path.name == "__init__.py")
+            for path in (ROOT / "lcsb_core").rglob("*.py")}
 
 
 def test_the_core_is_rooms_and_a_few_ground_modules():
@@ -237,15 +235,16 @@ def test_the_core_is_rooms_and_a_few_ground_modules():
 
 def test_the_rooms_import_downward_only():
     graph = module_graph()
-    assert room_violations({m: d for m, d in graph.items() if m.startswith("lcsb_core")}, core_sources()) == []
+    core = {m: d for m, d in graph.items() if m.startswith("lcsb_core")}
+    assert core and room_violations(core, core_sources()) == []
 
 
 def test_the_room_rule_fails_on_a_planted_violation():
     """An import up a room (data -> training) and a reach into another room's private name are both found."""
     sources = core_sources()
     planted = {"lcsb_core.data.planted": {"lcsb_core.training.trainer"}, "lcsb_core.eval.planted2": set()}
-    sources["lcsb_core.data.planted"] = "from lcsb_core.training.trainer import Trainer\n"
-    sources["lcsb_core.eval.planted2"] = "from lcsb_core.inference.prompts import _hidden\n"
+    sources["lcsb_core.data.planted"] = ("from lcsb_core.training.trainer import Trainer\n", False)
+    sources["lcsb_core.eval.planted2"] = ("from lcsb_core.inference.prompts import _hidden\n", False)
     assert room_violations(planted, sources) == [
         "lcsb_core.data.planted imports lcsb_core.training.trainer (room training is above data)",
         "lcsb_core.eval.planted2 imports lcsb_core.inference.prompts._hidden (private to room inference)"]

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from lcsb_core.data.batching import collate
-from lcsb_core.data.formats import FORMATS, PREFERENCE_FORMATS, RecordError, parse_record
+from lcsb_core.data.formats import FORMATS, PREFERENCE_FORMATS, parse_record
+from lcsb_core.data.json_lines import RecordError
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.data.report import ValidationReport

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcsb_core.chat_tokens import chat_template_error, render_chat, special_strings, token_pieces
-from lcsb_core.data.formats import CHAT, PREFERENCE, PROMPT_COMPLETION, Example, RecordError
+from lcsb_core.data.formats import CHAT, PREFERENCE, PROMPT_COMPLETION, Example
+from lcsb_core.data.json_lines import RecordError
 
 IGNORE_INDEX = -100
 

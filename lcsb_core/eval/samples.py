@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lcsb_core.chat_tokens import encode_chat
-from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION, Example, RecordError, parse_record
+from lcsb_core.data.formats import CHAT, PROMPT_COMPLETION, Example, parse_record
+from lcsb_core.data.json_lines import RecordError
 from lcsb_core.data.limits import ValidationLimits
 from lcsb_core.data.reader import LineReader
 from lcsb_core.errors import DataError

@@ -26,7 +26,8 @@ from lcsb_core.run_files import RunFiles
 def sniff_format(path: str) -> str | None:
     """The training file's format from its first valid line ("text" for a .txt corpus); torch-free
     (`lcsb_core.data.dataset.sniff_format` does the same but its module imports torch)."""
-    from lcsb_core.data.formats import RecordError, parse_record
+    from lcsb_core.data.formats import parse_record
+    from lcsb_core.data.json_lines import RecordError
     from lcsb_core.data.limits import ValidationLimits
     from lcsb_core.data.reader import LineReader
     from lcsb_core.data.validator import TXT_SUFFIXES

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from lcsb_core.data import gsm8k_to_chat
-from lcsb_core.data.formats import RecordError, parse_record
+from lcsb_core.data.formats import parse_record
+from lcsb_core.data.json_lines import RecordError
 from lcsb_core.errors import DataError
 
 

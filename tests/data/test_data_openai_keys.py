@@ -9,7 +9,8 @@ import json
 import pytest
 
 from lcsb_core.data import ValidationLimits, build_dataset, validate_file
-from lcsb_core.data.formats import NO_TOOLS, RecordError, parse_record
+from lcsb_core.data.formats import NO_TOOLS, parse_record
+from lcsb_core.data.json_lines import RecordError
 
 SMALL = ValidationLimits(min_examples=1)
 CALL = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]

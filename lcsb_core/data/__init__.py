@@ -10,9 +10,10 @@ and the trainer (before training), chat-template tokenization with assistant-onl
 Names are imported lazily: validating a file (what the API does) loads neither torch nor transformers;
 `collate`, `build_dataset`, `iter_batches` and `TokenizedDataset` import torch on first use.
 
-Modules: limits (caps), reader (streaming lines), formats (per-line checks), convert (GSM8K),
-tokenization (labels), stats, report, validator, text_corpus (.txt packing), batching (collate),
-dataset (build_dataset, iter_batches).
+Modules: settings (`DataSettings`), limits (caps), reader (streaming lines), json_lines (strict JSON per
+line, `RecordError`), formats (per-line checks), convert (GSM8K), tokenization (labels), stats, report,
+validator, text_corpus (.txt packing), batching (collate), pairs (DPO pair batches), dataset
+(build_dataset, iter_batches), run_length (`planned_steps`: a run's optimizer steps, torch-free).
 """
 
 from __future__ import annotations

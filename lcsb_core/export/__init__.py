@@ -8,4 +8,5 @@ manifest (issue 33). Torch-free: numpy, safetensors, `gguf` and jinja2; nothing 
 - `templates`: the job's chat template, rendered as training did, and its Ollama form.
 - `bundle`: one export folder (`export_adapter`), with `Modelfile`, `README.md`, `manifest.json`.
 - `run`: a run folder or checkpoint -> its export (`export_run`, for `lcsb export` and the worker).
+- `fidelity`: llama.cpp against PEFT (needs torch and llama-cpp-python; tests and bench only).
 """

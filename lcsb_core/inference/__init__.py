@@ -8,7 +8,8 @@ of their names (PEP 562 `__getattr__`):
 
 - `LlamaEngine` (`llama_engine`): the CPU default, llama.cpp through llama-cpp-python on the catalog's
   GGUF, adapters converted once to GGUF (`GGUFAdapterCache`); decodes with `llama_batch.BatchDecoder`,
-  serves through `llama_serving.ContinuousBatcher`, read back by `llama_generation.LlamaGeneration`.
+  serves through `llama_serving.ContinuousBatcher`, read back by `llama_generation.LlamaGeneration`
+  (log probabilities of each sampled token: `logprobs`).
 - `InferenceEngine` (`transformers_engine`): transformers `generate` + PEFT named adapters
   (`AdapterCache`), the fallback where llama.cpp cannot serve.
 

@@ -44,7 +44,7 @@ The schedules (L decoder layers, k per step):
 | `importance` | k layers with the largest gradient norm at the last full probe (paper) | surrogate | the k layers |
 | `freeze` | like `cyclic` (LISA / BAdam peer, arXiv 2403.17919, 2404.02827) | exact | block to top |
 | `top` | the top k layers, every step | exact | top k |
-| `topfull` | `top`, and all L layers every `full_every`-th step (the product default) | exact | top k / all |
+| `topfull` | `top`, and all L layers every `full_every`-th step (the default before `auto`) | exact | top k / all |
 | `tail` | every layer above a cut that moves down by k each step, cycling | exact | cut to top |
 | `split` | all L: the top k on every example, the rest on `deep_fraction` of them | exact | all / top k |
 | `full` | all L layers (plain LoRA) | exact | all |

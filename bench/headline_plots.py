@@ -38,14 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common.curves import eval_at, eval_of, load_runs
 from bench.common.results import read_rows
+from lcsb_core.training.default_schedule import SWITCH_THRESHOLD
+from lcsb_core.training.schedules.checks import DEFAULT_FRACTION
 
 SCHEDULES = ("full", "tail", "topfull/4", "split")
 """The fixed schedules of the time-to-quality grid, in the order they are drawn."""
-AUTO_THRESHOLD = 0.808
-"""The product's switch threshold for SmolLM2-135M (`SWITCH_THRESHOLD`, BENCHMARKS.md "`auto`: time to quality
-per job"); a parameter here because this script reads result files only."""
-DEFAULT_FRACTION = 0.25
-"""k / layers of the step-time rows a schedule token without `@fraction` names."""
+AUTO_THRESHOLD = SWITCH_THRESHOLD["SmolLM2-135M-Instruct"]
+"""The product's switch threshold for SmolLM2-135M (BENCHMARKS.md "`auto`: time to quality per job"), the
+default of `--auto-threshold`."""
 ROOT = Path(__file__).resolve().parents[1]
 _CHUNK = re.compile(r"\+chunk\d+$")
 

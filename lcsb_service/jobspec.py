@@ -131,10 +131,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
         raise InvalidRequest("method.train_on_inputs: a dpo job scores only the answers (preferred_output and "
                              "non_preferred_output) against the input; leave train_on_inputs out or false",
                              param="method.train_on_inputs")
-    try:
-        hp = resolve_hyperparameters(given_hp, settings, train_examples=train_examples)
-    except ConfigError as exc:
-        raise _request_error(exc) from exc
+    hp = resolve_hyperparameters(given_hp, settings, train_examples=train_examples)
     max_seq_len = method.get("max_seq_len") or min(DataSettings.max_seq_len, model.context_length)
     if max_seq_len > model.context_length:
         raise InvalidRequest(f"max_seq_len {max_seq_len} exceeds {model.name}'s context of {model.context_length} "

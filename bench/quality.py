@@ -333,7 +333,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
     """Train one `spec`; return its curves and final metrics."""
     train_ds, eval_ds, eval_rows = data
     cfg = TrainConfig.from_dict({
-        "data": {"train_file": "(in memory)", "max_seq_len": args.seq},
+        "data": {"train_file": "(in memory)", "max_seq_len": args.seq, "group_by_length": args.group_by_length},
         "model": {"name_or_path": args.model, "quantization": spec.quant, "device": args.device},
         "lora": {"rank": 16, "alpha": 32, "dropout": 0.0},
         "lcsb": {"schedule": spec.schedule, "fraction": spec.fraction, "momentum_for_skipped": spec.momentum,
@@ -434,6 +434,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--extend", default="", help="per-schedule step counts, e.g. cyclic=100,topfull/2=48 "
                     "(equal-time view)")
+    ap.add_argument("--group-by-length", action="store_true", help="data.group_by_length: batches of similar length")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--batch", type=int, default=4, help="examples (gsm8k) or blocks (wikitext) per step")

@@ -127,14 +127,30 @@ def num_batches(dataset: TokenizedDataset, batch_size: int) -> int:
 
 
 def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True,
-                lengths: Sequence[int] | None = None) -> np.ndarray:
+                lengths: Sequence[int] | None = None, group_lengths: Sequence[int] | None = None,
+                batch_size: int = 1) -> np.ndarray:
     """The order of `n` items in one epoch: a permutation from numpy's PCG64 seeded with [seed, epoch]
     (the same for a resumed run), or, when not `shuffle`, 0..n-1, or with `lengths` (one per item) shortest
     first (a stable sort: equal lengths keep file order), the evaluation order, so that each batch pads its
     rows to similar lengths (a mean over tokens or pairs does not depend on the order). Examples
-    (`iter_batches`) and preference pairs (`lcsb_core.data.pairs`) are ordered by it."""
+    (`iter_batches`) and preference pairs (`lcsb_core.data.pairs`) are ordered by it.
+
+    `group_lengths` (one per item; shuffled orders only) groups items of similar length into the same
+    batches of `batch_size`, as transformers' `Trainer` does with `group_by_length`
+    (`transformers.trainer_pt_utils.get_length_grouped_indices`, used here as is): a random permutation
+    (a torch generator seeded from [seed, epoch]) cut into mega-batches of up to 50 batches, each sorted
+    longest first, the longest item's batch moved to the front; every item still comes once per epoch."""
     if not shuffle:
         return np.arange(n) if lengths is None else np.argsort(np.asarray(lengths), kind="stable")
+    if group_lengths is not None:
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        if len(group_lengths) != n:
+            raise ValueError(f"group_lengths holds {len(group_lengths)} lengths for {n} items")
+        state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).generate_state(1, np.uint64)
+        generator = torch.Generator().manual_seed(int(state[0]))
+        return np.asarray(get_length_grouped_indices(list(group_lengths), batch_size, generator=generator),
+                          dtype=np.int64)
     return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).permutation(n)
 
 
@@ -151,22 +167,28 @@ def iter_batches(
     mask_dtype: torch.dtype | None = None,
     pad_to_multiple_of: int = 1,
     by_length: bool = False,
+    group_by_length: bool = False,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield `collate`d batches of `batch_size` examples, in an order fixed by (seed, epoch) (a
     permutation from numpy's PCG64 seeded with [seed, epoch]; when not shuffle, file order, or with
     `by_length` shortest first, as an evaluation takes them; `by_length` is ignored with `pack`, whose rows
-    hold several examples: `epoch_order`). The last,
+    hold several examples: `epoch_order`); `group_by_length` (shuffled orders) puts examples of similar
+    length in the same batch (`epoch_order`'s `group_lengths`: less padding, the same examples each
+    epoch). The last,
     partial batch is kept. `pack`, `max_seq_len`, `mask_dtype`, `pad_to_multiple_of` are passed to `collate` (with
     pack, each batch's `batch_size` examples become as many rows as needed).
 
     Raises:
-        ValueError: batch_size < 1.
+        ValueError: batch_size < 1; group_by_length with pack (packed rows hold several examples).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    if group_by_length and pack:
+        raise ValueError("group_by_length does not apply with pack: a packed row holds several examples")
     n = len(dataset.examples)
-    lengths = [len(e.input_ids) for e in dataset.examples] if by_length and not pack else None
-    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle, lengths=lengths)
+    lengths = [len(e.input_ids) for e in dataset.examples] if (by_length or group_by_length) and not pack else None
+    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle, lengths=lengths if by_length else None,
+                        group_lengths=lengths if group_by_length else None, batch_size=batch_size)
     for start in range(0, n, batch_size):
         batch = [dataset.examples[int(i)] for i in order[start:start + batch_size]]
         yield collate(batch, pad_token_id, pack=pack, max_seq_len=max_seq_len, mask_dtype=mask_dtype,

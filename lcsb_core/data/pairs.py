@@ -27,12 +27,13 @@ def num_pairs(dataset: Any) -> int:
 
 def iter_pair_batches(dataset: Any, batch_size: int, *, seed: int, epoch: int, pad_token_id: int,
                       shuffle: bool = True, pad_to_multiple_of: int = 1,
-                      by_length: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+                      by_length: bool = False, group_by_length: bool = False) -> Iterator[dict[str, torch.Tensor]]:
     """Yield `collate`d batches of `batch_size` pairs ([2 x pairs, T] rows: chosen at even rows, rejected
     at odd rows), in an order of pairs fixed by (seed, epoch) as `lcsb_core.data.iter_batches` orders
     examples (numpy PCG64 seeded with [seed, epoch]; when not shuffle, file order, or with `by_length`
-    shortest pair first by its longer side, as an evaluation takes them); the last, partial batch is
-    kept. Packing does not apply (each row is one side of one pair).
+    shortest pair first by its longer side, as an evaluation takes them; `group_by_length` (shuffled
+    orders) puts pairs of similar longer side in the same batch, `epoch_order`'s `group_lengths`); the
+    last, partial batch is kept. Packing does not apply (each row is one side of one pair).
 
     Raises:
         ValueError: batch_size < 1, or an odd number of examples.
@@ -41,8 +42,9 @@ def iter_pair_batches(dataset: Any, batch_size: int, *, seed: int, epoch: int, p
         raise ValueError("batch_size must be at least 1")
     n = num_pairs(dataset)
     lengths = ([max(len(dataset.examples[2 * i].input_ids), len(dataset.examples[2 * i + 1].input_ids))
-                for i in range(n)] if by_length else None)
-    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle, lengths=lengths)
+                for i in range(n)] if by_length or group_by_length else None)
+    order = epoch_order(n, seed=seed, epoch=epoch, shuffle=shuffle, lengths=lengths if by_length else None,
+                        group_lengths=lengths if group_by_length else None, batch_size=batch_size)
     for start in range(0, n, batch_size):
         rows = [dataset.examples[2 * int(i) + side] for i in order[start:start + batch_size] for side in (0, 1)]
         yield collate(rows, pad_token_id, pad_to_multiple_of=pad_to_multiple_of)

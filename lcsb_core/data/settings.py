@@ -19,7 +19,11 @@ class DataSettings:
     (no attention across examples) instead of padding them. `on_truncation`: `report` (examples longer
     than `max_seq_len` are cut keeping the start; those left with no target token are left out; both
     are counted and named by line in the dataset report) or `fail` (any such example fails the run with
-    a DataError naming the lines, before the model loads)."""
+    a DataError naming the lines, before the model loads). `group_by_length` (transformers'
+    `TrainingArguments.group_by_length`): each epoch's shuffled order puts examples (DPO: pairs, by their
+    longer side) of similar length in the same batch, so a batch pads less and a step computes fewer
+    padding tokens; every example still comes once per epoch (`lcsb_core.data.epoch_order`). Not with
+    `pack`."""
 
     train_file: str = ""
     validation_file: str | None = None
@@ -31,6 +35,7 @@ class DataSettings:
     pad_to_multiple_of: int = 64
     pack: bool = False
     on_truncation: str = "report"
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         require(bool(self.train_file), "data.train_file", "is required")
@@ -40,3 +45,5 @@ class DataSettings:
                f"must be in [16, 131072] tokens, got {self.max_seq_len!r}")
         require(self.min_examples >= 1, "data.min_examples", "must be >= 1")
         require(self.pad_to_multiple_of >= 1, "data.pad_to_multiple_of", "must be >= 1")
+        require(not (self.group_by_length and self.pack), "data.group_by_length",
+                "does not apply with data.pack (a packed row holds several examples); set one of them")

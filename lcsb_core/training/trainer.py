@@ -164,8 +164,8 @@ class Trainer:
 
     def _batches(self, dataset, *, epoch: int, shuffle: bool, by_length: bool = False
                  ) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches of `dataset` on the device, padded/packed as the config says; `by_length`: shortest
-        first (an evaluation's order: less padding, the same means)."""
+        """Batches of `dataset` on the device, padded/packed/grouped by length as the config says;
+        `by_length`: shortest first (an evaluation's order: less padding, the same means)."""
         from lcsb_core.data import iter_batches
         from lcsb_core.data.pairs import iter_pair_batches
 
@@ -174,12 +174,14 @@ class Trainer:
         if self.config.dpo is not None:
             for batch in iter_pair_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                            pad_token_id=pad_id, shuffle=shuffle,
-                                           pad_to_multiple_of=d.pad_to_multiple_of, by_length=by_length):
+                                           pad_to_multiple_of=d.pad_to_multiple_of, by_length=by_length,
+                                           group_by_length=d.group_by_length and shuffle):
                 yield {k: v.to(self.device) for k, v in batch.items()}
             return
         for batch in iter_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                   pad_token_id=pad_id, shuffle=shuffle, pad_to_multiple_of=d.pad_to_multiple_of,
-                                  pack=d.pack, max_seq_len=d.max_seq_len, by_length=by_length):
+                                  pack=d.pack, max_seq_len=d.max_seq_len, by_length=by_length,
+                                  group_by_length=d.group_by_length and shuffle):
             yield {k: v.to(self.device) for k, v in batch.items()}
 
     def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:

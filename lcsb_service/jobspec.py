@@ -26,6 +26,7 @@ Mapping (API -> TrainConfig):
     method.eval_every / method.save_every (optimizer steps)             -> eval_every / save_every
     method.eval_at_start                                                -> eval_at_start
     method.on_truncation                                                -> data.on_truncation
+    method.group_by_length                                              -> data.group_by_length
     method.select_checkpoint.{mode, metric}                             -> select_checkpoint.*
     method.early_stopping.{metric, patience, min_delta}                 -> early_stopping.* (absent: off)
     method.eval.{graders, n_samples, max_new_tokens, eval_file,         -> eval.* (graded evaluation; eval_file
@@ -139,7 +140,7 @@ def build_spec(request: dict[str, Any], model: ModelInfo, settings: Settings, jo
     raw = {
         "data": {"train_file": request["training_file"], "validation_file": request.get("validation_file"),
                  "max_seq_len": max_seq_len, "min_examples": settings.min_examples,
-                 **_given(method, "train_on_inputs", "on_truncation")},
+                 **_given(method, "train_on_inputs", "on_truncation", "group_by_length")},
         "model": {"name_or_path": model.name, **_given(method, "quantization")},
         "lora": _given(method.get("lora") or {}, "rank", "alpha", "dropout", "target_modules"),
         "lcsb": {k: v for k, v in (method.get("lcsb") or {}).items() if v is not None},
@@ -236,7 +237,8 @@ def describe_method(cfg: TrainConfig, hp: dict[str, Any], schedule: Schedule) ->
                  "recompute_deep": cfg.lcsb.recompute_deep,
                  "auto": cfg.lcsb.auto},
         "max_seq_len": cfg.data.max_seq_len, "train_on_inputs": cfg.data.train_on_inputs,
-        "on_truncation": cfg.data.on_truncation, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
+        "on_truncation": cfg.data.on_truncation, "group_by_length": cfg.data.group_by_length,
+        "eval_every": cfg.eval_every, "save_every": cfg.save_every,
         "eval_at_start": cfg.eval_at_start,
         "select_checkpoint": {"mode": cfg.select_checkpoint.mode, "metric": cfg.select_checkpoint.metric},
         "early_stopping": dataclasses.asdict(cfg.early_stopping) if cfg.early_stopping else None,

@@ -125,6 +125,9 @@ class Method(BaseModel):
     train_on_inputs: bool | None = Field(default=None, description=(
         f"loss on prompt tokens too (default {str(DataSettings.train_on_inputs).lower()}: assistant tokens only); "
         "not with type dpo, which scores the answers only"))
+    group_by_length: bool | None = Field(default=None, description=(
+        f"each epoch's shuffled batches hold examples (dpo: pairs) of similar length, so a step pads and "
+        f"computes less (default {str(DataSettings.group_by_length).lower()}; transformers' group_by_length)"))
     eval_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
         f"optimizer steps between evaluations (default {TrainConfig.eval_every}: at the end only)"))
     save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(

@@ -46,4 +46,5 @@ class DataSettings:
         require(self.min_examples >= 1, "data.min_examples", "must be >= 1")
         require(self.pad_to_multiple_of >= 1, "data.pad_to_multiple_of", "must be >= 1")
         require(not (self.group_by_length and self.pack), "data.group_by_length",
-                "does not apply with data.pack (a packed row holds several examples); set one of them")
+                "does not apply with {data.pack} (a packed row holds several examples); set one of them",
+                mentions=("data.pack",))

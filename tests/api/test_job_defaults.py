@@ -29,6 +29,7 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
     assert DEFAULT_FRACTION == 0.25
     assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
         DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
+    assert m["group_by_length"] is DataSettings.group_by_length is False
     assert (hp["weight_decay"], hp["lr_schedule"], hp["batch_size"]) == (
         OptimSettings.weight_decay, OptimSettings.lr_schedule, TrainConfig.batch_size) == (0.01, "linear", 4)
     # the learning rate and warmup by the measured rule (issue 30), resolved and stated in the job object
@@ -42,10 +43,12 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
 
 def test_given_values_replace_the_defaults(client, alice):
     job = job_ok(client, alice, hyperparameters={"weight_decay": 0.0, "lr_schedule": "cosine"},
-                 method={"lora": {"rank": 8}, "train_on_inputs": True, "quantization": "fp32"})
+                 method={"lora": {"rank": 8}, "train_on_inputs": True, "quantization": "fp32",
+                         "group_by_length": True})
     assert (job["hyperparameters"]["weight_decay"], job["hyperparameters"]["lr_schedule"]) == (0.0, "cosine")
     assert (job["method"]["lora"]["rank"], job["method"]["lora"]["alpha"]) == (8, LoraSettings.alpha)
     assert (job["method"]["train_on_inputs"], job["method"]["quantization"]) == (True, "fp32")
+    assert job["method"]["group_by_length"] is True
 
 
 def test_schema_defaults_are_none_and_describe_the_trainers(client):
@@ -54,7 +57,7 @@ def test_schema_defaults_are_none_and_describe_the_trainers(client):
     assert all(p.get("default") is None for p in lora.values())
     assert lora["rank"]["description"] == f"LoRA rank r (default {LoraSettings.rank})" == "LoRA rank r (default 16)"
     for name in ("lora", "lcsb", "quantization", "max_seq_len", "train_on_inputs", "eval_every", "save_every",
-                 "eval_at_start"):
+                 "eval_at_start", "group_by_length"):
         assert method[name].get("default") is None, name
     assert f"(default {DataSettings.max_seq_len}," in method["max_seq_len"]["description"]
     lcsb = schemas["LCSBMethod"]["properties"]

@@ -129,3 +129,49 @@ def test_evaluation_order_is_shortest_first_and_stable():
     assert [b["input_ids"].tolist() for b in iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD,
                                                            by_length=True)] == \
         [b["input_ids"].tolist() for b in iter_batches(data, 2, seed=0, epoch=0, pad_token_id=PAD)]
+
+
+def _grouped_data(n: int = 400) -> TokenizedDataset:
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(2, 200, (n,), generator=g).tolist()
+    return TokenizedDataset([_ex([3 + i % 90] * m, i + 1) for i, m in enumerate(lengths)],
+                            ValidationReport("x", "jsonl"))
+
+
+def test_group_by_length_batches_similar_lengths_and_keeps_every_example_once():
+    """`group_by_length` (transformers' get_length_grouped_indices): every example once per epoch, batches
+    of similar length (far less padding than a random order of the same examples), the longest example in
+    the first batch, an order fixed by (seed, epoch)."""
+    data = _grouped_data()
+
+    def epoch(**kw):
+        return list(iter_batches(data, 4, pad_token_id=PAD, **kw))
+
+    grouped, shuffled = epoch(seed=0, epoch=0, group_by_length=True), epoch(seed=0, epoch=0)
+    lines = sorted(int(r[0]) for b in grouped for r in b["input_ids"])  # first token: 3 + (line - 1) % 90
+    assert lines == sorted(int(r[0]) for b in shuffled for r in b["input_ids"])
+    assert sum(count_target_tokens(b["labels"]) for b in grouped) == data.num_target_tokens
+    padded = [sum(b["input_ids"].numel() for b in bs) for bs in (grouped, shuffled)]
+    real = sum(len(e.input_ids) for e in data.examples)
+    assert padded[0] < 1.1 * real < padded[1]  # grouped pads under 10 %, the random order far more
+    longest = max(len(e.input_ids) for e in data.examples)
+    assert grouped[0]["input_ids"].shape[1] == longest
+    again = epoch(seed=0, epoch=0, group_by_length=True)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(grouped, again, strict=True))
+    other = epoch(seed=0, epoch=1, group_by_length=True)
+    assert [b["input_ids"].shape for b in other] != [b["input_ids"].shape for b in grouped]
+    # an evaluation's order (not shuffled) does not group: file order stays file order
+    assert [b["input_ids"].tolist() for b in epoch(seed=0, epoch=0, shuffle=False, group_by_length=True)] == \
+        [b["input_ids"].tolist() for b in epoch(seed=0, epoch=0, shuffle=False)]
+
+
+def test_group_by_length_refuses_packing():
+    data = _grouped_data(8)
+    with pytest.raises(ValueError, match="group_by_length does not apply with pack"):
+        next(iter_batches(data, 4, seed=0, epoch=0, pad_token_id=PAD, pack=True, max_seq_len=256,
+                          group_by_length=True))
+    from lcsb_core.data.settings import DataSettings
+    from lcsb_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.group_by_length"):
+        DataSettings(train_file="x.jsonl", pack=True, group_by_length=True)

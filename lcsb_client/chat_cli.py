@@ -21,13 +21,18 @@ from lcsb_client.service import DEFAULT_BASE_URL, Service
 
 
 def _answer(svc: Service, model: str, history: list[dict], plain: bool, **params: object) -> str:
-    parts = []
-    for piece in svc.chat_stream(model, history, **params):
+    parts: list[str] = []
+    finished: list[str] = []
+    for piece in svc.chat_stream(model, history, on_finish=finished.append, **params):
         parts.append(piece)
         sys.stdout.write(piece.replace("\n", " ") if plain else piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     sys.stdout.flush()
+    if "length" in finished:  # said apart from the answer, so a piped stdout stays the answers only
+        limit = params.get("max_completion_tokens")
+        sys.stderr.write(f"[cut: the answer reached {'--max-tokens ' + str(limit) if limit else 'the token limit'}]\n")
+        sys.stderr.flush()
     return "".join(parts)
 
 

@@ -91,15 +91,19 @@ class Service:
         with self._calling(), open(path, "rb") as fh:
             return _dict(self.openai.files.create(file=(name, fh), purpose="fine-tune"))
 
-    def chat_stream(self, model: str, messages: list[dict], **params: Any) -> Iterator[str]:
+    def chat_stream(self, model: str, messages: list[dict], *,
+                    on_finish: Callable[[str], None] | None = None, **params: Any) -> Iterator[str]:
         """The answer's text pieces as the service makes them (`/v1/chat/completions`, streamed);
-        `params`: temperature, max_completion_tokens, seed, ... (left out when None)."""
+        `params`: temperature, max_completion_tokens, seed, ... (left out when None). `on_finish` gets the
+        choice's `finish_reason` when the stream gives it (`stop`, or `length`: cut at the token limit)."""
         given = {k: v for k, v in params.items() if v is not None}
         create: Any = self.openai.chat.completions.create   # its overloads do not take **params
         with self._calling():
             for chunk in create(model=model, messages=messages, stream=True, **given):
                 if chunk.choices and chunk.choices[0].delta.content:
                     yield chunk.choices[0].delta.content
+                if on_finish is not None and chunk.choices and chunk.choices[0].finish_reason:
+                    on_finish(chunk.choices[0].finish_reason)
 
     def delete_file(self, file_id: str) -> None:
         """Delete one of the caller's files (`DELETE /v1/files/{id}`).

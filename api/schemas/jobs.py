@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from api.schemas.common import Strict
 from api.schemas.evaluation import EarlyStoppingMethod, EvalMethod, SelectCheckpointMethod
 from api.schemas.hyperparameters import DPOMethod, Hyperparameters, SupervisedMethod
-from lcsb_core.data.settings import ON_TRUNCATION, DataSettings
+from lcsb_core.data.settings import GROUP_BY_LENGTH_DPO, ON_TRUNCATION, DataSettings
 from lcsb_core.training.config import (
     LORA_ALPHA_RANGE,
     LORA_TARGETS_ALL,
@@ -127,7 +127,8 @@ class Method(BaseModel):
         "not with type dpo, which scores the answers only"))
     group_by_length: bool | None = Field(default=None, description=(
         f"each epoch's shuffled batches hold examples (dpo: pairs) of similar length, so a step pads and "
-        f"computes less (default {str(DataSettings.group_by_length).lower()}; transformers' group_by_length)"))
+        f"computes less (default: {str(GROUP_BY_LENGTH_DPO).lower()} for type dpo, false for supervised; "
+        "transformers' group_by_length; not measured on supervised data)"))
     eval_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(
         f"optimizer steps between evaluations (default {TrainConfig.eval_every}: at the end only)"))
     save_every: int | None = Field(default=None, ge=0, le=10_000_000, description=(

@@ -147,7 +147,8 @@ def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True,
 
         if len(group_lengths) != n:
             raise ValueError(f"group_lengths holds {len(group_lengths)} lengths for {n} items")
-        state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).generate_state(1, np.uint64)
+        words = [seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]
+        state = np.random.SeedSequence(words).generate_state(1, np.uint64)
         generator = torch.Generator().manual_seed(int(state[0]))
         return np.asarray(get_length_grouped_indices(list(group_lengths), batch_size, generator=generator),
                           dtype=np.int64)

@@ -13,7 +13,7 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from lcsb_core.data.run_length import planned_steps
-from lcsb_core.data.settings import DataSettings
+from lcsb_core.data.settings import GROUP_BY_LENGTH_DPO, DataSettings
 from lcsb_core.errors import ConfigError, require
 from lcsb_core.eval.settings import EvalSettings
 from lcsb_core.training.learning_rate import auto_warmup_steps, default_learning_rate
@@ -189,6 +189,8 @@ class TrainConfig:
                f"must be a whole number of MiB from 0 (no chunks) to 1024, got {self.loss_chunk_mib!r}")
         require(not self.init_optimizer_state or bool(self.init_adapter), "init_optimizer_state",
                "needs {init_adapter} (the checkpoint whose optimizer state is carried on)", ("init_adapter",))
+        if self.data.group_by_length is None:  # the default's one application
+            self.data.group_by_length = GROUP_BY_LENGTH_DPO if self.dpo is not None else False
         if self.dpo is not None:
             require(not self.data.train_on_inputs, "data.train_on_inputs",
                    "does not apply to DPO, which scores each pair's two answers given its input: leave it false")

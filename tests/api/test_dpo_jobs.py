@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from lcsb_core.data.settings import GROUP_BY_LENGTH_DPO
 from lcsb_core.training.config import DPO_DEFAULT_BETA
 from lcsb_core.training.learning_rate import DPO_LEARNING_RATE
 from lcsb_service.jobspec import train_config_for
@@ -49,6 +50,9 @@ def test_a_dpo_job_shows_its_method_and_trains_with_beta(app, client, alice, pai
     assert hp["learning_rate_multiplier"] == 1.0 and hp["learning_rate"] == DPO_LEARNING_RATE  # DPO's own rate
     assert method["lora"]["rank"] == 8 and method["lcsb"]["layers_per_step"] == 4  # LCSB and LoRA apply to DPO
     assert job["progress"]["total_steps"] == 6
+    assert method["group_by_length"] is GROUP_BY_LENGTH_DPO is True  # DPO's measured default
+    off = job_ok(client, alice, pairs, method={**DPO, "group_by_length": False})
+    assert off["method"]["group_by_length"] is False  # a given value is kept
     fetched = client.get(f"/v1/fine_tuning/jobs/{job['id']}", headers=alice.headers).json()
     assert fetched["method"]["type"] == "dpo" and fetched["method"]["dpo"] == method["dpo"]
     assert _stored(app, job["id"]).train_config["dpo"] == {"beta": 0.2}
@@ -162,12 +166,12 @@ def test_the_workers_config_of_a_stored_dpo_job_keeps_dpo(app, client, alice, pa
     cfg = train_config_for(_stored(app, job["id"]).train_config, model_path=str(tmp_path / "model"),
                            train_path=str(tmp_path / "train.jsonl"), validation_path=None,
                            output_dir=str(tmp_path / "run"), device="cpu")
-    assert cfg.dpo is not None and cfg.dpo.beta == 0.2
+    assert cfg.dpo is not None and cfg.dpo.beta == 0.2 and cfg.data.group_by_length is True
     plain = job_ok(client, alice, hyperparameters={"n_epochs": 1})
     cfg = train_config_for(_stored(app, plain["id"]).train_config, model_path=str(tmp_path / "model"),
                            train_path=str(tmp_path / "train.jsonl"), validation_path=None,
                            output_dir=str(tmp_path / "run"), device="cpu")
-    assert cfg.dpo is None
+    assert cfg.dpo is None and cfg.data.group_by_length is False
 
 
 def test_the_estimate_of_a_dpo_job(client, alice, pairs):

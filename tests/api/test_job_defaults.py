@@ -29,7 +29,7 @@ def test_a_bare_job_gets_the_trainers_defaults(client, alice):
     assert DEFAULT_FRACTION == 0.25
     assert (m["max_seq_len"], m["train_on_inputs"], m["on_truncation"], m["eval_every"], m["save_every"]) == (
         DataSettings.max_seq_len, False, DataSettings.on_truncation, TrainConfig.eval_every, 0)
-    assert m["group_by_length"] is DataSettings.group_by_length is False
+    assert m["group_by_length"] is False and DataSettings.group_by_length is None  # None: by the method type
     assert (hp["weight_decay"], hp["lr_schedule"], hp["batch_size"]) == (
         OptimSettings.weight_decay, OptimSettings.lr_schedule, TrainConfig.batch_size) == (0.01, "linear", 4)
     # the learning rate and warmup by the measured rule (issue 30), resolved and stated in the job object

@@ -111,7 +111,11 @@ def test_chunked_head_gives_the_same_log_probs_and_gradients():
         else:
             torch.testing.assert_close(logps.detach(), plain, rtol=1e-5, atol=1e-5)
     for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        # fp32 sums in another order (3 positions a chunk against all at once): an entry far below the
+        # tensor's largest differs by a few 1e-6 of it on an AMX Xeon, so the absolute slack scales with it
+        scale = float(b.abs().max())
+        assert scale > 0
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * scale)
 
 
 def step_grads(schedule_name: str, step: int, **kw) -> tuple[dict[int, list[torch.Tensor]], dict]:

@@ -230,10 +230,15 @@ def test_lcsb_chat_streams_plain_lines_when_piped(world):
     assert run.returncode == 0, run.stderr
     expected = chat_text(world.oa(world.alice), SMOL, temperature=0, max_completion_tokens=8)
     assert run.stdout == expected.replace("\n", " ") + "\n"
+    # an answer cut at the limit says so on stderr (stdout stays the answer)
+    reason = world.oa(world.alice).chat.completions.create(model=SMOL, messages=ASK, temperature=0,
+                                                             max_completion_tokens=8).choices[0].finish_reason
+    assert ("[cut: the answer reached --max-tokens 8]" in run.stderr) == (reason == "length")
     piped = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", SMOL, "--temperature", "0",
                             "--max-tokens", "4"], cwd=ROOT, env=env, input="Hi\n\nWhat is 3+3?\n",
                            capture_output=True, text=True, timeout=180)
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 2 and "you>" not in piped.stdout + piped.stderr
+    assert "[cut: the answer reached --max-tokens 4]" in piped.stderr  # "Hi" gets a greeting of more than 4 tokens
     missing = subprocess.run([sys.executable, "-m", "lcsb_client.main", "chat", "ft:nope", "-m", "hi"], cwd=ROOT,
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "model_not_found" in missing.stderr

@@ -33,8 +33,9 @@ def _show(f: dict, as_json: bool) -> None:
 
 @app.command()
 @reports_errors
-def upload(path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
-                                                help="a JSONL dataset (chat, prompt/completion, text) or .txt")],
+def upload(path: Annotated[Path, typer.Argument(
+               exists=True, dir_okay=False, readable=True,
+               help="a JSONL dataset (chat, prompt/completion, text, or preference pairs for DPO) or .txt")],
            as_json: AsJson = False, base_url: BaseUrl = DEFAULT_BASE_URL, api_key: ApiKey = None) -> None:
     """Upload a dataset for fine-tuning and print its validation report (exit 2 when rejected)."""
     with connect(base_url, api_key) as svc:

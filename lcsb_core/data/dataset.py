@@ -142,17 +142,17 @@ def epoch_order(n: int, *, seed: int, epoch: int, shuffle: bool = True,
     longest first, the longest item's batch moved to the front; every item still comes once per epoch."""
     if not shuffle:
         return np.arange(n) if lengths is None else np.argsort(np.asarray(lengths), kind="stable")
+    words = [seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]
     if group_lengths is not None:
         from transformers.trainer_pt_utils import get_length_grouped_indices
 
         if len(group_lengths) != n:
             raise ValueError(f"group_lengths holds {len(group_lengths)} lengths for {n} items")
-        words = [seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]
         state = np.random.SeedSequence(words).generate_state(1, np.uint64)
         generator = torch.Generator().manual_seed(int(state[0]))
         return np.asarray(get_length_grouped_indices(list(group_lengths), batch_size, generator=generator),
                           dtype=np.int64)
-    return np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch & 0xFFFFFFFFFFFFFFFF]).permutation(n)
+    return np.random.default_rng(words).permutation(n)
 
 
 def iter_batches(

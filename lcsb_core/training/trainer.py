@@ -175,13 +175,13 @@ class Trainer:
             for batch in iter_pair_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                            pad_token_id=pad_id, shuffle=shuffle,
                                            pad_to_multiple_of=d.pad_to_multiple_of, by_length=by_length,
-                                           group_by_length=bool(d.group_by_length) and shuffle):
+                                           group_by_length=bool(d.group_by_length)):
                 yield {k: v.to(self.device) for k, v in batch.items()}
             return
         for batch in iter_batches(dataset, self.config.batch_size, seed=self.config.seed, epoch=epoch,
                                   pad_token_id=pad_id, shuffle=shuffle, pad_to_multiple_of=d.pad_to_multiple_of,
                                   pack=d.pack, max_seq_len=d.max_seq_len, by_length=by_length,
-                                  group_by_length=bool(d.group_by_length) and shuffle):
+                                  group_by_length=bool(d.group_by_length)):
             yield {k: v.to(self.device) for k, v in batch.items()}
 
     def _micro_batches(self, start_step: int) -> Iterator[dict[str, torch.Tensor]]:

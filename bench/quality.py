@@ -9,7 +9,8 @@
     python bench/quality_report.py bench/results/gsm8k                        # tables + plots
 
 Every run: SmolLM2-135M-Instruct or `--model gemma-3-270m` (NF4 unless --quant), LoRA r16/alpha 32 on all
-seven projections, AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (so a longer run's
+seven projections, AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (`--lr-schedule
+linear` or `cosine`: decay to 0 at `--steps`, the product's default for a job) (so, constant, a longer run's
 first N steps are the N-step run: `--extend cyclic=100` gives both the equal-steps value at `--steps`
 and the equal-time curve), clip 1.0. Data:
 - gsm8k: the first `--train-examples` rows of `../shared/data/gsm8k/train.jsonl` as chat (question ->
@@ -66,7 +67,7 @@ from lcsb_core.models.loading import load_tokenizer, resolve_model_path
 from lcsb_core.models.modules import autocast_for
 from lcsb_core.models.quantization import compute_dtype
 from lcsb_core.training.callbacks import EvalReport, StepReport, TrainerCallback
-from lcsb_core.training.config import TrainConfig
+from lcsb_core.training.config import LR_SCHEDULES, TrainConfig
 from lcsb_core.training.setup import load_components
 from lcsb_core.training.trainer import Trainer
 
@@ -340,7 +341,7 @@ def run_one(spec: RunSpec, data: tuple, args, step0_cache: dict) -> dict:
                  "full_every": spec.full_every if spec.schedule == "topfull" else None,
                  "deep_fraction": spec.deep_fraction if spec.schedule == "split" else None,
                  "layer_lr_scaling": spec.layer_lr_scaling},
-        "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": "constant"},
+        "optim": {"learning_rate": spec.lr, "warmup_steps": args.warmup, "lr_schedule": args.lr_schedule},
         "batch_size": spec.batch, "max_steps": spec.steps, "seed": spec.seed, "eval_every": args.eval_every,
         "log_every": 1, "output_dir": str(Path(args.out) / "runs" / spec.name),
         "dpo": {"beta": args.beta} if spec.task == "hh-rlhf" else None,
@@ -436,6 +437,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "(equal-time view)")
     ap.add_argument("--group-by-length", action="store_true", help="data.group_by_length: batches of similar length")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES,
+                    help="optim.lr_schedule after the warmup (constant: a longer run's first steps are a "
+                         "shorter one's)")
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--batch", type=int, default=4, help="examples (gsm8k) or blocks (wikitext) per step")
     ap.add_argument("--seq", type=int, default=384, help="max tokens per example (gsm8k) or block (wikitext)")

@@ -4,8 +4,9 @@
     python bench/run_grid.py bench/grids/schedules_confirm.yaml --dry-run   # what is done, what would run
     python bench/run_grid.py bench/grids/schedules_confirm.yaml             # scratch: bench/results/scratch/<grid>/
     python bench/run_grid.py bench/grids/schedules_confirm.yaml --record    # into the grid's `results` folder
+    python bench/run_grid.py bench/grids/dpo_hh.yaml --record --folder grouped   # only the entries of one folder
     python bench/run_grid.py bench/grids/paper_setting.yaml --shard 0/2 &   # lanes side by side: each runs
-    python bench/run_grid.py bench/grids/paper_setting.yaml --shard 1/2 &   #   every 2nd run of the list
+    python bench/run_grid.py bench/grids/paper_setting.yaml --shard 1/2 &   #   every 2nd run still to run
 
 A grid file holds `description` (what it measures, the BENCHMARKS.md section), `runner` and `runs`, and
 optionally `results` (the committed folder `--record` writes to) and `defaults` (options every run shares):
@@ -232,8 +233,9 @@ def output_folder(grid_file: Path, grid: dict[str, Any], *, record: bool, out: s
 
 
 def shard(runs: list[GridRun], spec: str) -> list[GridRun]:
-    """The runs of lane `i/n` (`spec`): every n-th run starting at the i-th. Raises GridError on a
-    malformed spec."""
+    """The runs of lane `i/n` (`spec`): every n-th run starting at the i-th. `main` passes only the runs
+    still to run (no result file yet), so lanes started together split the work left, not the whole
+    list. Raises GridError on a malformed spec."""
     try:
         i, n = (int(x) for x in spec.split("/"))
     except ValueError as exc:
@@ -249,12 +251,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record", action="store_true", help="write into the grid's committed `results` folder")
     ap.add_argument("--out", default="", help="write into this folder instead")
     ap.add_argument("--dry-run", action="store_true", help="list each run as done or to run; run nothing")
-    ap.add_argument("--shard", default="0/1", help="i/n: run only every n-th run from the i-th (parallel lanes)")
+    ap.add_argument("--shard", default="0/1", help="i/n: of the runs still to run, every n-th from the i-th "
+                    "(parallel lanes)")
+    ap.add_argument("--folder", default="", help="only the entries whose `folder` is this")
     args = ap.parse_args(argv)
     try:
         grid = load_grid(args.grid)
         out = output_folder(args.grid, grid, record=args.record, out=args.out)
-        runs = shard(expand(grid, out, str(args.grid)), args.shard)
+        runs = [run for run in expand(grid, out, str(args.grid)) if not args.folder or run.folder == args.folder]
+        if not runs:
+            raise GridError(f"{args.grid}: no entry has folder {args.folder!r}")
+        if args.shard != "0/1":
+            runs = shard([run for run in runs if not run.path(out).exists()], args.shard)
     except GridError as exc:
         raise SystemExit(str(exc)) from exc
     print(f"{args.grid}: {len(runs)} runs -> {out}", flush=True)

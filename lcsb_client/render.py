@@ -133,7 +133,8 @@ def jobs_table(jobs: list[dict]) -> Table:
 
 
 def _method(job: dict) -> str:
-    """"dpo (beta 0.1) | nf4 | LoRA r16 alpha 32 | LCSB ..." (the type first, supervised by default)."""
+    """"dpo (beta 0.1) | nf4 | LoRA r16 alpha 32 | LCSB ... | max_seq_len 512 | batches grouped by length" (the
+    type first, supervised by default; the last part only where `method.group_by_length` is on)."""
     m = job.get("method") or {}
     lora, lcsb = m.get("lora") or {}, m.get("lcsb") or {}
     kind = str(m.get("type") or "supervised")
@@ -146,6 +147,8 @@ def _method(job: dict) -> str:
         parts.append(f"LCSB {lcsb.get('schedule')}" + (f", {per_step} layers/step" if per_step else ""))
     if m.get("max_seq_len"):
         parts.append(f"max_seq_len {m['max_seq_len']}")
+    if m.get("group_by_length"):
+        parts.append("batches grouped by length")
     return " | ".join(parts)
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from lcsb_core.chat_tokens import no_chat_template_message
 from lcsb_core.data.formats import CHAT, PREFERENCE, PREFERENCE_FORMATS, PROMPT_COMPLETION, SUPERVISED_FORMATS, TEXT
+from lcsb_core.data.run_length import planned_steps
 from lcsb_service.catalog import ModelInfo, find_model
 from lcsb_service.enqueue import Enqueuer, enqueue_after_commit
 from lcsb_service.errors import Conflict, InvalidRequest
@@ -165,15 +166,19 @@ def _epochs_auto(request: dict[str, Any]) -> bool:
 
 
 def _run_length(spec, train: File, epochs_auto: bool) -> str:  # a JobSpec
-    """"12 optimizer steps (45 examples, batch size 4, 3 epoch(s) (auto))", or why the count waits for
-    the worker."""
+    """"12 optimizer steps (45 examples, batch size 4, 3 epoch(s) (auto))", or, where `max_steps` is what
+    ends the run, "3 optimizer steps (40 examples, batch size 4; max_steps 3 ends it before its 3 epoch(s)
+    (auto))", or why the count waits for the worker."""
     hp = spec.hyperparameters
     if spec.total_steps is None:
         return "optimizer steps counted once the worker has tokenized the corpus"
-    auto = " (auto)" if epochs_auto else ""
-    return (f"{spec.total_steps} optimizer steps ({upload_examples(train)} examples, batch size {hp['batch_size']}, "
-            f"{hp['n_epochs']} epoch(s){auto}" + (f", max_steps {hp['max_steps']}" if hp.get("max_steps") else "")
-            + ")")
+    epochs = f"{hp['n_epochs']} epoch(s)" + (" (auto)" if epochs_auto else "")
+    head = f"{spec.total_steps} optimizer steps ({upload_examples(train)} examples, batch size {hp['batch_size']}"
+    max_steps, tc, examples = hp.get("max_steps"), spec.train_config, upload_examples(train)
+    if max_steps and examples and tc.get("epochs") is not None and spec.total_steps < planned_steps(
+            examples, tc["batch_size"], tc.get("gradient_accumulation_steps", 1), tc["epochs"], None):
+        return f"{head}; max_steps {max_steps} ends it before its {epochs} do)"
+    return f"{head}, {epochs}" + (f"; max_steps {max_steps} not reached" if max_steps else "") + ")"
 
 
 def create_job(session: Session, settings: Settings, enqueuer: Enqueuer, *, owner_id: str,

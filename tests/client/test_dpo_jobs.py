@@ -1,6 +1,7 @@
 """`lcsb jobs submit --method dpo --beta B` against the live API: a DPO job on a preference file, its
-method and beta shown by `lcsb jobs get`; `--beta` without dpo is refused before anything is uploaded,
-and the service's 400 for a chat file given to a DPO job names `training_file`."""
+method, beta and length-grouped batches (DPO's default) shown by `lcsb jobs get`; `--beta` without dpo is
+refused before anything is uploaded, and the service's 400 for a chat file given to a DPO job names
+`training_file`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_submit_a_dpo_job_and_get_shows_its_method(lcsb, tmp_path):
     assert job["method"]["type"] == "dpo" and job["method"]["dpo"]["hyperparameters"]["beta"] == 0.25
     shown = lcsb("jobs", "get", job["id"])
     assert shown.exit_code == 0 and "dpo (beta 0.25)" in shown.stdout, shown.stdout
+    assert "batches grouped by length" in shown.stdout, shown.stdout   # DPO's default, shown resolved
     auto = json.loads(lcsb("jobs", "submit", _spec(tmp_path, "pairs.jsonl"), "--method", "dpo", "--json").stdout)
     assert "dpo (beta 0.1)" in lcsb("jobs", "get", auto["id"]).stdout
     for job_id in (job["id"], auto["id"]):
@@ -45,5 +47,6 @@ def test_beta_needs_dpo_and_a_chat_file_is_refused(lcsb, tmp_path):
     assert "is chat data; a dpo job needs preference pairs" in r.stderr and "removed file-" in r.stderr
     shown = lcsb("jobs", "submit", _spec(tmp_path, "train.jsonl"), "--json")  # supervised: shown as such
     job = json.loads(shown.stdout)
-    assert "supervised | " in lcsb("jobs", "get", job["id"]).stdout
+    shown = lcsb("jobs", "get", job["id"]).stdout
+    assert "supervised | " in shown and "grouped by length" not in shown, shown
     lcsb("jobs", "cancel", job["id"])

@@ -157,3 +157,38 @@ def test_dpo_continues_a_supervised_model_with_it_as_the_reference(make_settings
     assert steps[1]["train_loss"] == pytest.approx(LOG2, abs=1e-3)
     assert evals[0]["eval_rewards/margins"] == 0.0 and evals[0]["eval_rewards/accuracies"] == 0.5
     assert all(math.isfinite(evals[2][k]) for k in EVAL_KEYS)
+
+
+def test_a_pair_longer_than_max_seq_len_passes_upload_and_fails_the_job_before_training(
+        make_settings, start_worker, make_service, model_dir):
+    """The upload check has no tokenizer, so it cannot count a pair's tokens; the worker's check with the
+    model's tokenizer (before the model loads) rejects the job: `invalid_file` on `training_file`, the
+    message naming the line, the field and `method.max_seq_len` (never the core's `skip_invalid`, which the
+    API does not offer), and the job's validation event saying the line was invalid, not "N used"."""
+    smol = ensure_default_model()
+    settings = make_settings(model_dirs=[model_dir, smol.parent, model_cache_dir()])
+    service = make_service(settings)
+    start_worker(settings)
+
+    def pair(prompt: str, chosen: str, rejected: str) -> dict:
+        return {"input": {"messages": [{"role": "user", "content": prompt}]},
+                "preferred_output": [{"role": "assistant", "content": chosen}],
+                "non_preferred_output": [{"role": "assistant", "content": rejected}]}
+
+    rows = [pair(f"Say hi {i}", "Hi!", "No.") for i in range(4)]
+    rows[2] = pair("Say hi", "Hi! " + "Nice to meet you. " * 40, "No.")   # its chosen side: over 128 tokens
+    upload = service.client.post("/v1/files", headers=service.headers, data={"purpose": "fine-tune"},
+                                 files={"file": ("pairs.jsonl", "".join(json.dumps(r) + "\n" for r in rows))})
+    assert upload.status_code == 200 and upload.json()["status"] == "processed", upload.text
+    job = create(service, smol.name, upload.json()["id"], {**dpo_method(), "max_seq_len": 128})
+    failed = service.wait(job["id"], {"failed", "succeeded"}, JOB_BOUND_S)
+    assert failed["status"] == "failed" and failed["progress"]["steps_completed"] == 0
+    error = failed["error"]
+    assert (error["code"], error["param"]) == ("invalid_file", "training_file"), error
+    message = error["message"]
+    assert message.startswith("pairs.jsonl: 1 of 4 lines are invalid: line 3, field preferred_output:"), message
+    assert "> max_seq_len 128" in message and "raise method.max_seq_len (now 128" in message, message
+    assert "skip_invalid" not in message and "/" not in message, message
+    checked = [e["message"] for e in service.events(job["id"]) if e["message"].startswith("Checked training file")]
+    assert len(checked) == 1 and "1 of 4 lines are invalid: line 3" in checked[0], checked
+    assert checked[0].endswith("(max_seq_len 128); rejected") and " used " not in checked[0], checked

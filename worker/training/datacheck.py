@@ -28,13 +28,27 @@ def _uploads(db: Database, job_id: str) -> dict[str, File]:
 
 
 def describe(role: str, upload: File, report: ValidationReport) -> str:
-    """One event line: the file, its counts, what truncation did (with lines), its warnings."""
+    """One event line: the file, its counts (its invalid lines first, with the first of them: the job is
+    rejected), what truncation did (with lines), its warnings."""
+    head = f"Checked {role.replace('_', ' ')} {upload.id} ({upload.filename}) with the model's tokenizer: "
+    if report.invalid_examples or report.file_errors:
+        return head + report.summary().split(": ", 1)[1] + f" (max_seq_len {report.max_seq_len}); rejected"
     used = report.usable_examples if report.usable_examples is not None else report.valid_examples
-    parts = [f"Checked {role.replace('_', ' ')} {upload.id} ({upload.filename}) with the model's tokenizer: "
-             f"{report.valid_examples} examples, {used} used (max_seq_len {report.max_seq_len})"]
+    parts = [head + f"{report.valid_examples} examples, {used} used (max_seq_len {report.max_seq_len})"]
     parts += report.truncation_notes()
     parts += report.warnings
     return "; ".join(parts)
+
+
+def rejected_lines_hint(report: ValidationReport) -> str:
+    """What a user of the API can do about lines that passed the upload check but not the check with the
+    model's tokenizer (in the service no line is ever left out: the core's `skip_invalid` is not offered).
+    The only such lines today are preference pairs longer than `max_seq_len`."""
+    hint = "rejected by the check with the model's tokenizer before training; a job trains on every line or none"
+    if any("max_seq_len" in issue.message for issue in report.errors):
+        hint += (f": shorten or remove those lines, or raise method.max_seq_len (now {report.max_seq_len}; at "
+                 "most the model's context_length)")
+    return hint
 
 
 def public_report(report: ValidationReport, upload: File) -> dict[str, Any]:
@@ -73,6 +87,10 @@ def check_datasets(cfg, db: Database, job_id: str):  # TrainConfig, TokenizedDat
         exc.field = role
         if report is not None and role in uploads:
             _record(db, job_id, {role: (uploads[role], report)})
+        if report is not None and report.invalid_examples and not report.file_errors:
+            public = DataError(f"{report.summary()} ({rejected_lines_hint(report)})")
+            public.field, public.report = role, report  # type: ignore[attr-defined]
+            raise public from exc
         raise
     found = {"training_file": train, "validation_file": evals}
     _record(db, job_id, {role: (uploads[role], found[role].report) for role in ROLES

@@ -29,10 +29,11 @@ class ValidationReport:
     exists.
 
     With a tokenizer: `tokens` (per-example token statistics), `truncated` (examples longer than
-    `max_seq_len`, cut keeping the start), `dropped_no_target` (examples left with no target token after
-    truncation: never trained on), `usable_examples` (what training will use; for .txt, the number of
-    packed blocks). `duplicates` counts examples equal to an earlier one; `reference_overlap` counts
-    examples also present in the training file (validation files only). `skipped_invalid` is set by
+    `max_seq_len`, cut keeping the start and trained on), `dropped_no_target` (examples left with no target
+    token after truncation: never trained on; not also counted as truncated), `usable_examples` (what
+    training will use; for .txt, the number of packed blocks). `duplicates` counts examples equal to an
+    earlier one; `reference_overlap` counts examples also present in the training file (validation files
+    only). `skipped_invalid` is set by
     `build_dataset(skip_invalid=True)`. `ignored_keys` maps each key that carries something but is not
     used (e.g. `messages[].name`) to {"count", "lines"}; each also has a line in `warnings`.
     """

@@ -57,17 +57,18 @@ class TokenCounter:
 
     def add(self, *, line: int, length: int, kept_length: int, targets: int) -> None:
         """Record one example: `length` tokens before truncation, `kept_length` after, `targets` target
-        tokens after truncation (0 means it is dropped)."""
+        tokens after truncation (0 means it is dropped). An example is counted once: dropped, or else
+        truncated (cut and trained on) when `kept_length < length`."""
         self.hist[length] += 1
-        if kept_length < length:
-            self.truncated += 1
-            if len(self.truncated_lines) < self.max_listed:
-                self.truncated_lines.append(line)
         if targets == 0:
             self.dropped += 1
             if len(self.dropped_lines) < self.max_listed:
                 self.dropped_lines.append(line)
             return
+        if kept_length < length:
+            self.truncated += 1
+            if len(self.truncated_lines) < self.max_listed:
+                self.truncated_lines.append(line)
         self.total_tokens += kept_length
         self.trainable_tokens += targets
 

@@ -163,6 +163,29 @@ def test_shards_split_the_runs_into_lanes(tmp_path):
         run_grid.shard(runs, "3/3")
 
 
+
+def test_folder_picks_entries_and_lanes_split_only_the_runs_left(tmp_path, capsys):
+    """`--folder` keeps one folder's entries; `--shard i/n` deals out the runs without a result file, so
+    two lanes started on a half-done folder each get half of what is left (not of the whole list)."""
+    other = {**GRID["runs"][0], "folder": "other", "seeds": [0]}
+    path = _write(tmp_path, {**GRID, "runs": [GRID["runs"][0], other]})
+    out = tmp_path / "out"
+    runs = [r for r in run_grid.expand(run_grid.load_grid(path), out) if r.folder == "gsm8k"]
+    assert len(runs) == 8
+    for done in runs[:4]:   # the first half already ran
+        done.path(out).parent.mkdir(parents=True, exist_ok=True)
+        done.path(out).write_text("{}")
+    planned = []
+    for lane in ("0/2", "1/2"):
+        run_grid.main([str(path), "--out", str(out), "--folder", "gsm8k", "--shard", lane, "--dry-run"])
+        printed = capsys.readouterr().out
+        planned.append([line.split()[2].rstrip(":") for line in printed.splitlines() if line.startswith("to run")])
+        assert "done " not in printed and "other/" not in printed
+    assert [len(lane) for lane in planned] == [2, 2]
+    assert sorted(planned[0] + planned[1]) == sorted(str(r.path(out).relative_to(out)) for r in runs[4:])
+    with pytest.raises(SystemExit, match="no entry has folder 'nope'"):
+        run_grid.main([str(path), "--out", str(out), "--folder", "nope", "--dry-run"])
+
 @pytest.mark.parametrize("grid_file", sorted((ROOT / "bench" / "grids").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_grid_file_expands(grid_file, tmp_path):
     grid = run_grid.load_grid(grid_file)

@@ -103,7 +103,7 @@ def test_prompt_too_long_is_dropped_and_reported(case, tokenizer):
     report = validate_file(case("prompt_too_long.jsonl"), tokenizer=tokenizer, max_seq_len=256, limits=SMALL)
     assert report.ok  # a dropped example is reported, not an error
     assert (report.dropped_no_target, report.dropped_lines) == (1, [2])
-    assert (report.truncated, report.truncated_lines) == (1, [2])
+    assert (report.truncated, report.truncated_lines) == (0, [])   # counted once: dropped, not also truncated
     assert report.usable_examples == 2
     assert ("1 example(s) dropped, no target token left after truncation to 256 tokens (lines 2)"
             in report.summary())  # what `lcsb train` and the job's start event show

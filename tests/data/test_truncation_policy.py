@@ -20,9 +20,8 @@ def test_report_is_the_default_and_names_the_dropped_line(case, tokenizer):
     train, evals = load_datasets(cfg(case("prompt_too_long.jsonl")), tokenizer)
     assert evals is None and [e.line for e in train.examples] == [1, 3]
     assert (train.report.dropped_no_target, train.report.dropped_lines) == (1, [2])
-    assert train.report.truncation_notes() == [
-        "1 example(s) dropped, no target token left after truncation to 256 tokens (lines 2)",
-        "1 example(s) truncated to 256 tokens (lines 2)"]
+    assert train.report.truncation_notes() == [   # line 2 once: dropped (it was cut, but is not trained on)
+        "1 example(s) dropped, no target token left after truncation to 256 tokens (lines 2)"]
 
 
 def test_fail_rejects_a_truncated_file_naming_the_lines(case, tokenizer):

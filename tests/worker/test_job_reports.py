@@ -63,7 +63,7 @@ def test_dropped_examples_are_named_and_fail_on_request(make_settings, start_wor
     report = done["data_report"]["training_file"]
     assert (report["valid_examples"], report["usable_examples"]) == (12, 11)
     assert (report["dropped_no_target"], report["dropped_lines"]) == (1, [LONG_LINE])
-    assert LONG_LINE in report["truncated_lines"] and report["max_seq_len"] == 64
+    assert LONG_LINE not in report["truncated_lines"] and report["max_seq_len"] == 64   # named once: dropped
     assert report["path"] == "train.jsonl" and report["file_id"] == file_id
     assert report["ignored_keys"] == {"messages[].name": {"count": 1, "lines": [1]}}
     events = service.events(job["id"])

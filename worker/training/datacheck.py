@@ -46,8 +46,8 @@ def rejected_lines_hint(report: ValidationReport) -> str:
     The only such lines today are preference pairs longer than `max_seq_len`."""
     hint = "rejected by the check with the model's tokenizer before training; a job trains on every line or none"
     if any("max_seq_len" in issue.message for issue in report.errors):
-        hint += (f": shorten or remove those lines, or raise method.max_seq_len (now {report.max_seq_len}; at "
-                 "most the model's context_length)")
+        hint += (f"; max_seq_len is the job's method.max_seq_len (now {report.max_seq_len}, at most the model's "
+                 "context_length)")
     return hint
 
 

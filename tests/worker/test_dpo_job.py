@@ -187,7 +187,8 @@ def test_a_pair_longer_than_max_seq_len_passes_upload_and_fails_the_job_before_t
     assert (error["code"], error["param"]) == ("invalid_file", "training_file"), error
     message = error["message"]
     assert message.startswith("pairs.jsonl: 1 of 4 lines are invalid: line 3, field preferred_output:"), message
-    assert "> max_seq_len 128" in message and "raise max_seq_len" in message and "the job's method.max_seq_len (now 128" in message, message
+    assert "> max_seq_len 128" in message and "raise max_seq_len" in message, message
+    assert "the job's method.max_seq_len (now 128" in message, message
     assert "skip_invalid" not in message and "/" not in message, message
     checked = [e["message"] for e in service.events(job["id"]) if e["message"].startswith("Checked training file")]
     assert len(checked) == 1 and "1 of 4 lines are invalid: line 3" in checked[0], checked

@@ -9,10 +9,10 @@
     python bench/quality_report.py bench/results/gsm8k                        # tables + plots
 
 Every run: SmolLM2-135M-Instruct or `--model gemma-3-270m` (NF4 unless --quant), LoRA r16/alpha 32 on all
-seven projections, AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (`--lr-schedule
-linear` or `cosine`: decay to 0 at `--steps`, the product's default for a job) (so, constant, a longer run's
+seven projections, AdamW, batch 4, `--warmup` steps of linear warmup then a constant learning rate (so a longer run's
 first N steps are the N-step run: `--extend cyclic=100` gives both the equal-steps value at `--steps`
-and the equal-time curve), clip 1.0. Data:
+and the equal-time curve; `--lr-schedule linear`, a job's default, or `cosine` decays it to 0 at `--steps`
+instead), clip 1.0. Data:
 - gsm8k: the first `--train-examples` rows of `../shared/data/gsm8k/train.jsonl` as chat (question ->
   worked answer, loss on the answer), eval on the first `--eval-examples` (200) rows of `test.jsonl`:
   eval loss (nats per answer token), token accuracy, and with `--exact-match` greedy decoding of those

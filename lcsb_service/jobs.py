@@ -173,8 +173,8 @@ def _run_length(spec, train: File, epochs_auto: bool) -> str:  # a JobSpec
     if spec.total_steps is None:
         return "optimizer steps counted once the worker has tokenized the corpus"
     epochs = f"{hp['n_epochs']} epoch(s)" + (" (auto)" if epochs_auto else "")
-    head = f"{spec.total_steps} optimizer steps ({upload_examples(train)} examples, batch size {hp['batch_size']}"
     max_steps, tc, examples = hp.get("max_steps"), spec.train_config, upload_examples(train)
+    head = f"{spec.total_steps} optimizer steps ({examples} examples, batch size {hp['batch_size']}"
     if max_steps and examples and tc.get("epochs") is not None and spec.total_steps < planned_steps(
             examples, tc["batch_size"], tc.get("gradient_accumulation_steps", 1), tc["epochs"], None):
         return f"{head}; max_steps {max_steps} ends it before its {epochs} do)"

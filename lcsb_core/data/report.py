@@ -73,8 +73,12 @@ class ValidationReport:
         return self.invalid_examples == 0 and not self.file_errors
 
     def summary(self, max_items: int = 5) -> str:
-        """One paragraph for an error message or a log line: file errors, the first line errors, then
-        examples dropped (no target token left after truncation) and truncated, with their lines."""
+        """One paragraph for an error message or a log line: the file's path, then `findings`."""
+        return f"{self.path}: {self.findings(max_items)}"
+
+    def findings(self, max_items: int = 5) -> str:
+        """What `summary` says after the path: file errors, the first line errors, then examples dropped
+        (no target token left after truncation) and truncated, with their lines; "valid" when none."""
         parts = list(self.file_errors)
         if self.invalid_examples:
             shown = "; ".join(str(e) for e in self.errors[:max_items])
@@ -85,7 +89,7 @@ class ValidationReport:
             )
         notes = self.truncation_notes(max_items)
         head = ". ".join(parts) if parts else "valid"
-        return f"{self.path}: {head}" + ("; " + "; ".join(notes) if notes else "")
+        return head + ("; " + "; ".join(notes) if notes else "")
 
     def truncation_notes(self, max_items: int = 5) -> list[str]:
         """What truncation to `max_seq_len` does to the file: examples dropped (no target token left)

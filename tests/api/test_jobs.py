@@ -42,7 +42,6 @@ def test_create_resolves_spec_estimates_memory_and_enqueues(client, alice, app):
     assert events[0]["data"]["total_steps"] == 12
 
 
-
 @pytest.mark.parametrize("max_steps,says", [
     (3, "3 optimizer steps (12 examples, batch size 4; max_steps 3 ends it before its 2 epoch(s) do)"),
     (50, "6 optimizer steps (12 examples, batch size 4, 2 epoch(s); max_steps 50 not reached)"),
@@ -51,6 +50,7 @@ def test_the_queued_event_says_whether_max_steps_or_the_epochs_end_the_run(clien
     job = job_ok(client, alice, hyperparameters={"n_epochs": 2, "batch_size": 4, "max_steps": max_steps})
     events = client.get(f"/v1/fine_tuning/jobs/{job['id']}/events", headers=alice.headers).json()["data"]
     assert events[0]["message"].startswith(f"Fine-tuning job queued on {job['queue']}: {says}, "), events[0]
+
 
 @pytest.mark.parametrize("lcsb,per_step,full_every,exact", [
     ({"schedule": "top", "k": 6}, 6, None, True),

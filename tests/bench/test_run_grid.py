@@ -163,7 +163,6 @@ def test_shards_split_the_runs_into_lanes(tmp_path):
         run_grid.shard(runs, "3/3")
 
 
-
 def test_folder_picks_entries_and_lanes_split_only_the_runs_left(tmp_path, capsys):
     """`--folder` keeps one folder's entries; `--shard i/n` deals out the runs without a result file, so
     two lanes started on a half-done folder each get half of what is left (not of the whole list)."""
@@ -185,6 +184,7 @@ def test_folder_picks_entries_and_lanes_split_only_the_runs_left(tmp_path, capsy
     assert sorted(planned[0] + planned[1]) == sorted(str(r.path(out).relative_to(out)) for r in runs[4:])
     with pytest.raises(SystemExit, match="no entry has folder 'nope'"):
         run_grid.main([str(path), "--out", str(out), "--folder", "nope", "--dry-run"])
+
 
 @pytest.mark.parametrize("grid_file", sorted((ROOT / "bench" / "grids").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_grid_file_expands(grid_file, tmp_path):

@@ -32,7 +32,7 @@ def describe(role: str, upload: File, report: ValidationReport) -> str:
     rejected), what truncation did (with lines), its warnings."""
     head = f"Checked {role.replace('_', ' ')} {upload.id} ({upload.filename}) with the model's tokenizer: "
     if report.invalid_examples or report.file_errors:
-        return head + report.summary().split(": ", 1)[1] + f" (max_seq_len {report.max_seq_len}); rejected"
+        return head + report.findings() + f" (max_seq_len {report.max_seq_len}); rejected"
     used = report.usable_examples if report.usable_examples is not None else report.valid_examples
     parts = [head + f"{report.valid_examples} examples, {used} used (max_seq_len {report.max_seq_len})"]
     parts += report.truncation_notes()
